@@ -1,0 +1,49 @@
+# Warren: the two set-up commands are `make run` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+
+.PHONY: all build generate test test-go test-e2e deps bench run clean vet
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/envd ./cmd/envd
+	$(GO) build -o $(BIN)/warren ./cmd/warren
+
+# Regenerates the committed Connect/protobuf code from proto/.
+generate:
+	@command -v protoc >/dev/null || apt-get install -y protobuf-compiler
+	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $(PROTOC_GEN_CONNECT)
+	PATH=$(CURDIR)/$(BIN)/tools:$$PATH protoc -I proto \
+	  --go_out=. --go_opt=module=github.com/warren-sandbox/warren \
+	  --connect-go_out=. --connect-go_opt=module=github.com/warren-sandbox/warren \
+	  envd/filesystem.proto envd/process.proto
+
+# Installs what the tests need on a fresh Debian box.
+deps:
+	scripts/install-deps.sh
+
+vet:
+	$(GO) vet ./...
+
+test: deps build vet test-go test-e2e
+
+test-go:
+	$(GO) test -count=1 ./...
+
+test-e2e: build
+	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run
+
+bench: deps build
+	scripts/bench.sh
+
+run: build
+	$(BIN)/warren serve
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,79 @@
+// Command envd is the daemon inside every Warren sandbox. It serves E2B's
+// Connect services and /files on port 49983.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/envd"
+	"github.com/warren-sandbox/warren/internal/envd/reaper"
+	"github.com/warren-sandbox/warren/internal/envd/settings"
+)
+
+// tokenEnv carries the initial access token from the runtime; it is removed
+// from envd's environment at once so no sandbox process inherits it.
+const tokenEnv = "WARREN_ENVD_ACCESS_TOKEN"
+
+func main() {
+	addr := flag.String("addr", fmt.Sprintf("0.0.0.0:%d", envd.Port), "listen address")
+	user := flag.String("user", "user", "default user for requests that name none")
+	workdir := flag.String("workdir", "", "default working directory (default: the user's home)")
+	version := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *version {
+		fmt.Println(envd.Version)
+		return
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	token := os.Getenv(tokenEnv)
+	os.Unsetenv(tokenEnv)
+	if err := run(*addr, settings.New(*user, *workdir, token), log); err != nil {
+		log.Error("envd failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string, s *settings.Settings, log *slog.Logger) error {
+	r, err := reaper.Start()
+	if err != nil {
+		return fmt.Errorf("becoming the subreaper: %w", err)
+	}
+	srv := envd.New(s, r, log)
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case sig := <-sigs:
+		// As PID 1, pass the signal on to every process we run, then stop.
+		log.Info("signal received, shutting down", "signal", sig.String())
+		srv.Processes().SignalAll(sig.(syscall.Signal))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return hs.Shutdown(ctx)
+	}
+}
