@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 const tokenEnv = "WARREN_ENVD_ACCESS_TOKEN"
 
 func main() {
-	addr := flag.String("addr", fmt.Sprintf("0.0.0.0:%d", envd.Port), "listen address")
+	addr := flag.String("addr", fmt.Sprintf("0.0.0.0:%d", envd.Port), "listen address; several may be given, comma-separated")
 	user := flag.String("user", "user", "default user for requests that name none")
 	workdir := flag.String("workdir", "", "default working directory (default: the user's home)")
 	version := flag.Bool("version", false, "print the version and exit")
@@ -51,14 +52,17 @@ func run(addr string, s *settings.Settings, log *slog.Logger) error {
 	srv := envd.New(s, r, log)
 	defer srv.Close()
 
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	log.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version)
+	addrs := strings.Split(addr, ",")
+	errc := make(chan error, len(addrs))
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", strings.TrimSpace(a))
+		if err != nil {
+			return err
+		}
+		go func() { errc <- hs.Serve(ln) }()
+		log.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version)
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

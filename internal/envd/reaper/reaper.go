@@ -49,22 +49,25 @@ func (r *Reaper) Stop() {
 	close(r.done)
 }
 
-// StartCmd starts cmd and returns a channel that receives its wait status
-// exactly once. cmd must not use Go-managed I/O copying (Stdin/Stdout/Stderr
-// must be nil or *os.File), because Wait is never called on it.
-func (r *Reaper) StartCmd(cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
+// StartCmd starts cmd and returns its pid and a channel that receives its
+// wait status exactly once. cmd must not use Go-managed I/O copying
+// (Stdin/Stdout/Stderr must be nil or *os.File), because Wait is never
+// called on it; cmd.Process is released and must not be used afterwards.
+func (r *Reaper) StartCmd(cmd *exec.Cmd) (int, <-chan syscall.WaitStatus, error) {
 	// Holding the lock across fork means the loop cannot reap this child
 	// before it is registered.
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
+	pid := cmd.Process.Pid
 	ch := make(chan syscall.WaitStatus, 1)
-	r.waiters[cmd.Process.Pid] = ch
-	// Drop Go's pidfd/handle; the loop below does the waiting.
+	r.waiters[pid] = ch
+	// Drop Go's pidfd/handle (this also sets Process.Pid to -1); the loop
+	// below does the waiting.
 	_ = cmd.Process.Release()
-	return ch, nil
+	return pid, ch, nil
 }
 
 func (r *Reaper) loop() {
