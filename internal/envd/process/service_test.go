@@ -289,7 +289,9 @@ func TestSignalsAndUnknownPid(t *testing.T) {
 	}
 	pid := stream.Msg().GetEvent().GetStart().GetPid()
 	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
-	t.Logf("pid %d", pid); out, _ := exec.Command("ps", "-o", "pid,pgid,stat,cmd", "-g", strconv.Itoa(int(pid))).CombinedOutput(); t.Logf("%s", out)
+	t.Logf("pid %d", pid)
+	out, _ := exec.Command("ps", "-o", "pid,pgid,stat,cmd", "-g", strconv.Itoa(int(pid))).CombinedOutput()
+	t.Logf("%s", out)
 	if _, err := c.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatalf("SendSignal: %v", err)
 	}
