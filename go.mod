@@ -9,3 +9,5 @@ require (
 	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require github.com/fsnotify/fsnotify v1.10.1 // indirect
