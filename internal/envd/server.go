@@ -57,7 +57,9 @@ func New(s *settings.Settings, r *reaper.Reaper, log *slog.Logger) *Server {
 	srv.mux.Handle(fsPath, srv.requireToken(fsHandler))
 	srv.mux.Handle(procPath, srv.requireToken(procHandler))
 	// /files checks the token or a URL signature itself.
-	srv.mux.Handle("/files", files.NewHandler(s))
+	fh := files.NewHandler(s)
+	srv.mux.Handle("/files", fh)
+	srv.mux.Handle("/files/compose", fh)
 	srv.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -1,13 +1,121 @@
-// Package files serves envd's GET and POST /files: downloads and uploads.
+// Package files serves envd's plain HTTP file transfer: GET /files
+// (download), POST /files (upload, multipart or raw, several files at once)
+// and POST /files/compose (concatenate files).
+//
+// Requests are authorised by the sandbox access token in X-Access-Token or,
+// for URLs handed to third parties, by a signature over the path,
+// operation, user and token (see Signature). They run as the user named by
+// the username parameter, else the sandbox's default user: relative paths
+// resolve against that user's home and written files belong to that user.
 package files
 
 import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/envd/settings"
+	"github.com/warren-sandbox/warren/internal/envd/users"
 )
 
-// NewHandler returns the /files handler.
+// Handler serves /files and /files/compose.
+type Handler struct {
+	settings *settings.Settings
+	now      func() time.Time
+}
+
+// NewHandler returns the /files handler; mount it at "/files" and
+// "/files/compose".
 func NewHandler(s *settings.Settings) http.Handler {
-	return http.NotFoundHandler()
+	return &Handler{settings: s, now: time.Now}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/files/compose" && r.Method == http.MethodPost:
+		h.compose(w, r)
+	case r.URL.Path == "/files" && r.Method == http.MethodGet:
+		h.download(w, r)
+	case r.URL.Path == "/files" && r.Method == http.MethodPost:
+		h.upload(w, r)
+	default:
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+	}
+}
+
+// authorize checks the access token or the URL signature for operation
+// ("read" or "write") and resolves the user. It writes the error itself.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, bool) {
+	q := r.URL.Query()
+	username := q.Get("username")
+	if token := h.settings.AccessToken(); token != "" {
+		if got := r.Header.Get("X-Access-Token"); got != "" {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				writeError(w, http.StatusUnauthorized, "invalid access token")
+				return nil, false
+			}
+		} else if err := h.checkSignature(q.Get("path"), operation, username, token, q.Get("signature"), q.Get("signature_expiration")); err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return nil, false
+		}
+	}
+	u, err := users.Resolve(username, h.settings.DefaultUser())
+	if err != nil {
+		if errors.Is(err, users.ErrUnknownUser) {
+			writeError(w, http.StatusUnauthorized, err.Error())
+		} else {
+			writeError(w, http.StatusInternalServerError, err.Error())
+		}
+		return nil, false
+	}
+	return u, true
+}
+
+func (h *Handler) checkSignature(path, operation, username, token, signature, expiration string) error {
+	if signature == "" {
+		return errors.New("missing access token or signature")
+	}
+	var exp *int64
+	if expiration != "" {
+		v, err := strconv.ParseInt(expiration, 10, 64)
+		if err != nil {
+			return errors.New("invalid signature_expiration")
+		}
+		if v < h.now().Unix() {
+			return errors.New("signature has expired")
+		}
+		exp = &v
+	}
+	want := Signature(path, operation, username, token, exp)
+	if subtle.ConstantTimeCompare([]byte(want), []byte(signature)) != 1 {
+		return errors.New("invalid signature")
+	}
+	return nil
+}
+
+// entry is one element of an upload's response.
+type entry struct {
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes envd's error body {"code","message"}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Encoding")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
 }
