@@ -1,13 +1,11 @@
 package filesystem
 
 import (
+	"errors"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -20,9 +18,11 @@ import (
 // user metadata (set by uploads with X-Metadata-* headers).
 const MetadataXattrPrefix = "user.e2b."
 
-// EntryInfo describes the file at path (not following a final symlink) the
-// way E2B's envd does: mode is the Go os.FileMode, permissions its string
-// form, owner and group are names.
+// EntryInfo describes the entry at path without following a final symlink,
+// in the form the wire contract gives (§5.6): mode is the Go os.FileMode
+// (directories carry bit 31), permissions its string form, owner and group
+// are names (numeric when unknown), metadata the user.e2b.* xattrs.
+// path is reported as given; callers pass absolute paths.
 func EntryInfo(path string) (*pb.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -31,14 +31,17 @@ func EntryInfo(path string) (*pb.EntryInfo, error) {
 	return entryFromInfo(path, fi), nil
 }
 
+// entryFromInfo builds the entry from an lstat result the caller already has
+// (ListDir gets one from ReadDir for free).
 func entryFromInfo(path string, fi fs.FileInfo) *pb.EntryInfo {
+	mode := fi.Mode()
 	e := &pb.EntryInfo{
 		Name:        fi.Name(),
 		Path:        path,
 		Size:        fi.Size(),
-		Mode:        uint32(fi.Mode()),
-		Permissions: fi.Mode().String(),
-		Type:        fileType(fi.Mode()),
+		Mode:        uint32(mode),
+		Permissions: mode.String(),
+		Type:        fileType(mode),
 	}
 	if !fi.ModTime().IsZero() {
 		e.ModifiedTime = timestamppb.New(fi.ModTime())
@@ -47,14 +50,11 @@ func entryFromInfo(path string, fi fs.FileInfo) *pb.EntryInfo {
 		e.Owner = names.user(st.Uid)
 		e.Group = names.group(st.Gid)
 	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		if target, err := os.Readlink(path); err == nil {
-			if !filepath.IsAbs(target) {
-				target = filepath.Join(filepath.Dir(path), target)
-			}
-			e.SymlinkTarget = &target
-		}
+	if mode&fs.ModeSymlink != 0 {
+		target := symlinkTarget(path)
+		e.SymlinkTarget = &target
 	} else {
+		// Symlinks cannot carry user.* xattrs, so only real entries are asked.
 		e.Metadata = readMetadata(path)
 	}
 	return e
@@ -73,79 +73,73 @@ func fileType(m fs.FileMode) pb.FileType {
 	}
 }
 
-// readMetadata returns the user.e2b.* xattrs of path, prefix stripped, or
-// nil when there are none or the filesystem has no xattrs.
-func readMetadata(path string) map[string]string {
-	size, err := unix.Llistxattr(path, nil)
-	if err != nil || size == 0 {
-		return nil
+// symlinkTarget is where the link finally leads, as an absolute path: E2B
+// resolves the whole chain. A dangling or looping link still gets its own
+// target (made absolute), so the caller sees where it points.
+func symlinkTarget(path string) string {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		if abs, err := filepath.Abs(resolved); err == nil {
+			return abs
+		}
+		return resolved
 	}
-	buf := make([]byte, size)
-	size, err = unix.Llistxattr(path, buf)
+	target, err := os.Readlink(path)
 	if err != nil {
+		return path
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(path), target)
+	}
+	return filepath.Clean(target)
+}
+
+// readMetadata returns the user.e2b.* xattrs of path with the prefix
+// stripped, or nil when there are none or the filesystem has no xattrs.
+// Metadata is decoration: any failure reading it leaves it out rather than
+// failing the whole stat.
+func readMetadata(path string) map[string]string {
+	buf, err := xattrBytes(func(b []byte) (int, error) { return unix.Llistxattr(path, b) })
+	if err != nil || len(buf) == 0 {
 		return nil
 	}
 	var out map[string]string
-	for _, name := range strings.Split(string(buf[:size]), "\x00") {
+	for _, name := range strings.Split(string(buf), "\x00") {
 		key, ok := strings.CutPrefix(name, MetadataXattrPrefix)
 		if !ok || key == "" {
 			continue
 		}
-		val := make([]byte, 4096)
-		n, err := unix.Lgetxattr(path, name, val)
+		val, err := xattrBytes(func(b []byte) (int, error) { return unix.Lgetxattr(path, name, b) })
 		if err != nil {
-			continue
+			continue // removed meanwhile (ENODATA) or unreadable
 		}
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[key] = string(val[:n])
+		out[key] = string(val)
 	}
 	return out
 }
 
-// names caches uid/gid → name lookups; /etc/passwd rarely changes while a
-// listing runs, and ListDir would otherwise parse it once per entry.
-var names = &nameCache{users: map[uint32]string{}, groups: map[uint32]string{}}
-
-type nameCache struct {
-	mu     sync.Mutex
-	users  map[uint32]string
-	groups map[uint32]string
-}
-
-func (c *nameCache) user(uid uint32) string {
-	return c.lookup(c.users, uid, func(id string) (string, error) {
-		u, err := user.LookupId(id)
+// xattrBytes runs a size-query-then-read xattr call, retrying when the value
+// grew between the two calls (ERANGE).
+func xattrBytes(call func([]byte) (int, error)) ([]byte, error) {
+	for range 3 {
+		size, err := call(nil)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		return u.Username, nil
-	})
-}
-
-func (c *nameCache) group(gid uint32) string {
-	return c.lookup(c.groups, gid, func(id string) (string, error) {
-		g, err := user.LookupGroupId(id)
+		if size == 0 {
+			return nil, nil
+		}
+		buf := make([]byte, size)
+		n, err := call(buf)
+		if errors.Is(err, unix.ERANGE) {
+			continue
+		}
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		return g.Name, nil
-	})
-}
-
-func (c *nameCache) lookup(m map[uint32]string, id uint32, find func(string) (string, error)) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if name, ok := m[id]; ok {
-		return name
+		return buf[:n], nil
 	}
-	s := strconv.FormatUint(uint64(id), 10)
-	name, err := find(s)
-	if err != nil {
-		// Shown as a number, and not cached: the account may be created later.
-		return s
-	}
-	m[id] = name
-	return name
+	return nil, unix.ERANGE
 }
