@@ -371,3 +371,23 @@ func BenchmarkDownload50MiB(b *testing.B) {
 		res.Body.Close()
 	}
 }
+
+func BenchmarkUploadMultipart50MiB(b *testing.B) {
+	srv, dst := benchServer(b)
+	data := make([]byte, 50<<20)
+	rand.Read(data)
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	pw, _ := mw.CreateFormFile("file", dst)
+	pw.Write(data)
+	mw.Close()
+	body := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	for i := 0; i < b.N; i++ {
+		res, err := http.Post(srv.URL+"/files?path="+url.QueryEscape(dst), mw.FormDataContentType(), bytes.NewReader(body))
+		if err != nil || res.StatusCode != 200 {
+			b.Fatal(err, res)
+		}
+		res.Body.Close()
+	}
+}
