@@ -42,8 +42,11 @@ test-e2e: build
 bench: deps build
 	scripts/bench.sh
 
-run: build
-	$(BIN)/warren serve
+# Until the platform API lands (`warren serve`), `make run` starts what
+# exists: envd on localhost:49983, which the E2B SDK uses in debug mode.
+run: deps build
+	@echo "envd on localhost:49983. Use it from the E2B SDK with: export E2B_DEBUG=true"
+	$(BIN)/envd --addr 127.0.0.1:49983,[::1]:49983 --user user
 
 clean:
 	rm -rf $(BIN)

@@ -32,7 +32,7 @@ var (
 
 // newTestService serves a process service over loopback and returns a
 // client that speaks the JSON codec, as the E2B SDK does.
-func newTestService(t *testing.T, defaultUser string) (*Service, processconnect.ProcessClient) {
+func newTestService(t testing.TB, defaultUser string) (*Service, processconnect.ProcessClient) {
 	t.Helper()
 	reaperOnce.Do(func() {
 		r, err := reaper.Start()
@@ -403,5 +403,23 @@ func TestEndEventWording(t *testing.T) {
 	}
 	if end := endEvent(syscall.WaitStatus(0)).GetEnd(); end.ExitCode != 0 || !end.Exited || end.Error != nil || end.Status != "exit status 0" {
 		t.Errorf("clean exit: %v", end)
+	}
+}
+
+// BenchmarkStartTrue is envd's own share of a command round trip: Start of
+// /bin/true through the JSON codec until its end event, without the login
+// shell (bash -l) that the SDK wraps every command in.
+func BenchmarkStartTrue(b *testing.B) {
+	_, c := newTestService(b, "root")
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for stream.Receive() {
+		}
+		stream.Close()
+		cancel()
 	}
 }

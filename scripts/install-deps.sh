@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what Warren's tests need on a fresh Debian/Ubuntu box, as root.
+# Idempotent and quiet: each step checks first and only acts when needed.
+set -euo pipefail
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ $apt_updated -eq 0 ]; then
+    apt-get update -qq
+    apt_updated=1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (the tests switch users and create namespaces)" >&2
+  exit 1
+fi
+
+# Tools the tests call: bash for the SDK's `bash -l -c`, coreutils' sha256sum
+# and stat, procps, iproute2 for namespace checks.
+apt_install bash coreutils procps iproute2 ca-certificates
+
+# OCI runtimes: runc from Debian (runsc is built by the runtime tests and by
+# `warren setup`), and busybox for the runtime tests' minimal root filesystem.
+apt_install runc busybox-static
+
+# The SDK's default user inside a sandbox is `user`; envd runs directly on
+# this host in the SDK tests (debug mode), so the account must exist here.
+if ! id -u user >/dev/null 2>&1; then
+  echo "install-deps: creating the account 'user'"
+  useradd --create-home --shell /bin/bash user
+fi

@@ -1,0 +1,47 @@
+// Small helpers for benchmark tables: percentiles and aligned rows.
+
+export function percentile(sorted, p) {
+  if (sorted.length === 0) return NaN
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))
+  return sorted[i]
+}
+
+// measure runs fn n times (after warmup runs) within a time budget and
+// returns the sorted durations in milliseconds.
+export async function measure(fn, { n, warmup = 5, budgetMs = 60_000 }) {
+  for (let i = 0; i < warmup; i++) await fn()
+  const out = []
+  const deadline = Date.now() + budgetMs
+  for (let i = 0; i < n && Date.now() < deadline; i++) {
+    const t0 = process.hrtime.bigint()
+    await fn()
+    out.push(Number(process.hrtime.bigint() - t0) / 1e6)
+  }
+  return out.sort((a, b) => a - b)
+}
+
+export class Table {
+  rows = []
+  latency(metric, samples, target = '') {
+    this.rows.push([metric, String(samples.length), fmt(percentile(samples, 50)), fmt(percentile(samples, 99)), 'ms', target])
+  }
+  throughput(metric, samples, target = '') {
+    // samples are MB/s; p99 of a throughput is its 1st percentile (the slow tail).
+    const sorted = [...samples].sort((a, b) => a - b)
+    this.rows.push([metric, String(sorted.length), fmt(percentile(sorted, 50)), fmt(percentile(sorted, 1)), 'MB/s', target])
+  }
+  print() {
+    const head = ['metric', 'n', 'p50', 'p99', 'unit', 'target']
+    const all = [head, ...this.rows]
+    const w = head.map((_, i) => Math.max(...all.map((r) => r[i].length)))
+    const line = (r) => '| ' + r.map((c, i) => c.padEnd(w[i])).join(' | ') + ' |'
+    console.log(line(head))
+    console.log('|' + w.map((x) => '-'.repeat(x + 2)).join('|') + '|')
+    for (const r of this.rows) console.log(line(r))
+  }
+}
+
+function fmt(v) {
+  if (Number.isNaN(v)) return '-'
+  return v >= 100 ? v.toFixed(0) : v.toFixed(2)
+}
