@@ -34,7 +34,7 @@ vet:
 test: deps build vet test-go test-e2e
 
 test-go:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
 test-e2e: build
 	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run

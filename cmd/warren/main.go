@@ -3,13 +3,21 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/warren-sandbox/warren/internal/setup"
 )
 
 const usage = `usage: warren <command> [flags]
 
 commands:
+  setup     install the runtimes and the base template (idempotent)
   version   print the version
 `
 
@@ -18,11 +26,29 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
 	switch os.Args[1] {
+	case "setup":
+		err = runSetup(ctx, os.Args[2:])
 	case "version":
 		fmt.Println("warren (development)")
 	default:
 		fmt.Fprintf(os.Stderr, "warren: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "warren:", err)
+		os.Exit(1)
+	}
+}
+
+func runSetup(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("setup", flag.ExitOnError)
+	dataDir := fs.String("data-dir", setup.DefaultDataDir, "where Warren keeps its state")
+	mirror := fs.String("mirror", "", "Debian mirror for the base template (default: this machine's apt mirror)")
+	runtimes := fs.String("runtimes", "runsc,runc", "runtimes to install, comma-separated")
+	fs.Parse(args)
+	return setup.Run(ctx, setup.Options{DataDir: *dataDir, Mirror: *mirror, Runtimes: strings.Split(*runtimes, ",")}, os.Stdout)
 }

@@ -1,0 +1,273 @@
+// Package node turns a template's layers into a running, isolated sandbox
+// on this machine, and takes it apart again.
+//
+// A sandbox here is the sum of three resources, each owned by another
+// package: a network slot (internal/network), a root filesystem mounted
+// over the template's layers (internal/image), and a container whose first
+// process is envd (internal/runtime). Create acquires them in that order
+// and waits until envd answers GET /health on the slot's address; if any
+// step fails, everything acquired so far is released, so a failed create
+// leaves nothing behind. Delete releases them in reverse order. Cleanup
+// removes what a crashed previous run left and the caller does not know.
+//
+// The node keeps no records of its own: the caller (the sandbox manager)
+// persists what it needs to find a sandbox again, and hands back the
+// Sandbox value it got from Create.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/runtime"
+)
+
+// EnvdPort is where envd listens inside every sandbox.
+const EnvdPort = 49983
+
+// Rootfs is a sandbox's mounted root filesystem.
+type Rootfs interface {
+	// Dir is the directory to use as the container's root.
+	Dir() string
+	// Unmount removes the mount and everything created for it.
+	Unmount() error
+}
+
+// RootfsMounter mounts a root filesystem for a sandbox over read-only
+// layers, with diskSizeMB (0: no limit) enforced on its writable layer.
+type RootfsMounter interface {
+	Mount(ctx context.Context, sandboxID string, layers []string, diskSizeMB int) (Rootfs, error)
+}
+
+// Config wires a Node to its resources.
+type Config struct {
+	Runtime runtime.Runtime
+	Network *network.Manager
+	Rootfs  RootfsMounter
+	// EnvdPath is the static envd binary on the host.
+	EnvdPath string
+	// ResolvConf, if set, is bind-mounted over /etc/resolv.conf.
+	ResolvConf string
+	// HealthTimeout bounds the wait for envd after start. Default 10s.
+	HealthTimeout time.Duration
+}
+
+// Node creates and deletes sandboxes on this machine.
+type Node struct {
+	cfg    Config
+	client *http.Client
+}
+
+// New returns a Node.
+func New(cfg Config) (*Node, error) {
+	if cfg.Runtime == nil || cfg.Network == nil || cfg.Rootfs == nil || cfg.EnvdPath == "" {
+		return nil, errors.New("node: Runtime, Network, Rootfs and EnvdPath are required")
+	}
+	if cfg.HealthTimeout == 0 {
+		cfg.HealthTimeout = 10 * time.Second
+	}
+	return &Node{
+		cfg: cfg,
+		client: &http.Client{Transport: &http.Transport{
+			DialContext:       (&net.Dialer{Timeout: time.Second}).DialContext,
+			DisableKeepAlives: true,
+		}},
+	}, nil
+}
+
+// Runtime is the node's OCI runtime backend.
+func (n *Node) Runtime() runtime.Runtime { return n.cfg.Runtime }
+
+// CreateRequest describes a sandbox to start.
+type CreateRequest struct {
+	ID string
+	// Layers are the template's read-only layers, in the order the
+	// RootfsMounter expects.
+	Layers     []string
+	CPUCount   int
+	MemoryMB   int
+	DiskSizeMB int
+	// AccessToken is envd's initial access token ("" for none).
+	AccessToken string
+	// User and Workdir are envd's defaults ("" for user and home).
+	User    string
+	Workdir string
+}
+
+// Sandbox is a running sandbox's resources on this node.
+type Sandbox struct {
+	ID     string
+	Slot   *network.Slot
+	Rootfs Rootfs
+}
+
+// EnvdURL is the base URL of the sandbox's envd, reachable from the host.
+func (s *Sandbox) EnvdURL() string {
+	return "http://" + net.JoinHostPort(s.Slot.SandboxIP.String(), strconv.Itoa(EnvdPort))
+}
+
+// Create starts a sandbox and returns once envd is healthy.
+func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, err error) {
+	sb, spec, err := n.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.release(context.WithoutCancel(ctx), sb)
+		}
+	}()
+	if err := n.cfg.Runtime.Start(ctx, spec); err != nil {
+		return nil, fmt.Errorf("node: starting sandbox %s: %w", req.ID, err)
+	}
+	if err := n.waitHealthy(ctx, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// prepare acquires the slot and the root filesystem and builds the spec.
+func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Sandbox, _ runtime.Spec, err error) {
+	if !runtime.ValidID(req.ID) {
+		return nil, runtime.Spec{}, fmt.Errorf("node: invalid sandbox id %q", req.ID)
+	}
+	sb := &Sandbox{ID: req.ID}
+	defer func() {
+		if err != nil {
+			n.release(context.WithoutCancel(ctx), sb)
+		}
+	}()
+	if sb.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: network for %s: %w", req.ID, err)
+	}
+	if sb.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
+	}
+	// The hostname must resolve, or tools such as sudo complain on every call.
+	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", req.ID)
+	if err := os.WriteFile(filepath.Join(sb.Rootfs.Dir(), "etc", "hosts"), []byte(hosts), 0o644); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: writing /etc/hosts for %s: %w", req.ID, err)
+	}
+	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}
+	if req.User != "" {
+		args = append(args, "--user", req.User)
+	}
+	if req.Workdir != "" {
+		args = append(args, "--workdir", req.Workdir)
+	}
+	return sb, runtime.Spec{
+		ID:          req.ID,
+		RootFS:      sb.Rootfs.Dir(),
+		EnvdPath:    n.cfg.EnvdPath,
+		Args:        args,
+		AccessToken: req.AccessToken,
+		NetNSPath:   sb.Slot.NetNSPath,
+		ResolvConf:  n.cfg.ResolvConf,
+		CPUCount:    req.CPUCount,
+		MemoryMB:    req.MemoryMB,
+	}, nil
+}
+
+// Delete stops the sandbox and releases everything it used. It tries every
+// step even when one fails, and is safe to call again after a failure.
+func (n *Node) Delete(ctx context.Context, sb *Sandbox) error {
+	return n.release(ctx, sb)
+}
+
+func (n *Node) release(ctx context.Context, sb *Sandbox) error {
+	var errs []error
+	if err := n.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if sb.Rootfs != nil {
+		if err := sb.Rootfs.Unmount(); err != nil {
+			errs = append(errs, err)
+		} else {
+			sb.Rootfs = nil
+		}
+	}
+	if sb.Slot != nil {
+		if err := n.cfg.Network.Release(sb.Slot); err != nil {
+			errs = append(errs, err)
+		} else {
+			sb.Slot = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Pause freezes a sandbox; Resume thaws it.
+func (n *Node) Pause(ctx context.Context, sb *Sandbox) error  { return n.cfg.Runtime.Pause(ctx, sb.ID) }
+func (n *Node) Resume(ctx context.Context, sb *Sandbox) error { return n.cfg.Runtime.Resume(ctx, sb.ID) }
+
+// Stats reads a sandbox's resource use.
+func (n *Node) Stats(ctx context.Context, sb *Sandbox) (runtime.Stats, error) {
+	return n.cfg.Runtime.Stats(ctx, sb.ID)
+}
+
+// Checkpoint writes the sandbox's memory and process state into imageDir.
+// With leaveRunning the sandbox keeps running (a snapshot).
+func (n *Node) Checkpoint(ctx context.Context, sb *Sandbox, imageDir string, leaveRunning bool) error {
+	return n.cfg.Runtime.Checkpoint(ctx, sb.ID, imageDir, leaveRunning)
+}
+
+// Restore starts a new sandbox from a checkpoint image, with a new slot
+// and root filesystem, and returns once envd is healthy. The request must
+// match the checkpointed sandbox's (same layers, user and workdir).
+func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) (_ *Sandbox, err error) {
+	sb, spec, err := n.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.release(context.WithoutCancel(ctx), sb)
+		}
+	}()
+	// The slot is fresh, so eth0 still has its address: gVisor needs it
+	// there to restore (it takes it into its own stack on start).
+	if err := n.cfg.Runtime.Restore(ctx, spec, imageDir); err != nil {
+		return nil, fmt.Errorf("node: restoring sandbox %s: %w", req.ID, err)
+	}
+	if err := n.waitHealthy(ctx, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// waitHealthy polls envd's /health until it answers 204.
+func (n *Node) waitHealthy(ctx context.Context, sb *Sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.HealthTimeout)
+	defer cancel()
+	url := sb.EnvdURL() + "/health"
+	delay := 2 * time.Millisecond
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		res, err := n.client.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			err = fmt.Errorf("health answered %s", res.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: envd of sandbox %s did not become healthy: %v", sb.ID, last)
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}

@@ -1,0 +1,449 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/setup"
+	pb "github.com/warren-sandbox/warren/proto/envd/process"
+	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
+)
+
+// The node tests run real sandboxes from the real base template: root, the
+// runtimes `warren setup` installs, and the base built in Warren's own data
+// directory (reused between runs; built once on a new machine).
+
+var (
+	fixtureOnce sync.Once
+	fixture     struct {
+		store *image.Store
+		base  *image.Template
+		envd  string
+		err   error
+	}
+)
+
+func setupFixture(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs real sandboxes")
+	}
+	fixtureOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		f := &fixture
+		if f.err = setup.Run(ctx, setup.Options{}, testWriter{t}); f.err != nil {
+			return
+		}
+		if f.store, f.err = image.Open(setup.DefaultDataDir); f.err != nil {
+			return
+		}
+		if f.base, f.err = f.store.Template(image.BaseTemplateID); f.err != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "warren-node-test-envd-")
+		if err != nil {
+			f.err = err
+			return
+		}
+		f.envd = filepath.Join(dir, "envd")
+		cmd := exec.Command("go", "build", "-o", f.envd, "github.com/warren-sandbox/warren/cmd/envd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			f.err = fmt.Errorf("building envd: %v\n%s", err, out)
+		}
+	})
+	if fixture.err != nil {
+		t.Fatal(fixture.err)
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testNode is a Node with its own network prefix, range and runtime state
+// dir, so it never meets a running Warren.
+func testNode(t testing.TB, runtimeName string) *Node {
+	t.Helper()
+	setupFixture(t)
+	cfg := runtime.Config{StateDir: filepath.Join("/run/warren-node-test", runtimeName), CgroupParent: "/warren-node-test"}
+	if runtimeName == "runsc" {
+		cfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+	}
+	rt, err := runtime.New(runtimeName, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "wnt" + runtimeName[3:4] // wnts, wntc
+	cidr := map[string]string{"runsc": "10.124.0.0/20", "runc": "10.124.16.0/20"}[runtimeName]
+	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix(cidr), Prefix: prefix, PoolSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: storeMounter{fixture.store}, EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Destroy(); err != nil {
+			t.Errorf("network Destroy: %v", err)
+		}
+	})
+	return n
+}
+
+// storeMounter adapts image.Store to RootfsMounter.
+type storeMounter struct{ s *image.Store }
+
+func (m storeMounter) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (Rootfs, error) {
+	r, err := m.s.Mount(ctx, id, layers, diskSizeMB)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func baseRequest(t testing.TB, id string) CreateRequest {
+	layers, err := fixture.store.LayerDirs(fixture.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return CreateRequest{ID: id, Layers: layers, CPUCount: 1, MemoryMB: 256, DiskSizeMB: 256, AccessToken: "tok-" + id, User: "user"}
+}
+
+func create(t testing.TB, n *Node, req CreateRequest) *Sandbox {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := n.Create(ctx, req)
+	if err != nil {
+		t.Fatalf("Create %s: %v", req.ID, err)
+	}
+	t.Cleanup(func() {
+		if err := n.Delete(context.Background(), sb); err != nil {
+			t.Errorf("Delete %s: %v", sb.ID, err)
+		}
+	})
+	return sb
+}
+
+// sh runs a command in the sandbox through envd and returns its output and
+// exit code.
+func sh(t testing.TB, sb *Sandbox, token, user, script string, timeout time.Duration) (string, int) {
+	t.Helper()
+	c := processconnect.NewProcessClient(http.DefaultClient, sb.EnvdURL(), connect.WithProtoJSON())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
+	req.Header().Set("X-Access-Token", token)
+	if user != "" {
+		req.Header().Set("Authorization", "Basic "+basic(user))
+	}
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	code := -100
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		out.Write(ev.GetData().GetStderr())
+		if end := ev.GetEnd(); end != nil {
+			code = int(end.ExitCode)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return out.String() + "\n[stream: " + err.Error() + "]", code
+	}
+	return out.String(), code
+}
+
+func basic(user string) string {
+	return map[string]string{"root": "cm9vdDo=", "user": "dXNlcjo="}[user]
+}
+
+func TestSandboxBasicsAndIsolation(t *testing.T) {
+	for _, rtName := range []string{"runsc", "runc"} {
+		t.Run(rtName, func(t *testing.T) {
+			n := testNode(t, rtName)
+			a := create(t, n, baseRequest(t, "iso-a-"+rtName))
+			b := create(t, n, baseRequest(t, "iso-b-"+rtName))
+			tokA := "tok-" + a.ID
+
+			// envd requires the token it was started with.
+			res, err := http.Post(a.EnvdURL()+"/process.Process/List", "application/json", strings.NewReader("{}"))
+			if err != nil || res.StatusCode != 401 {
+				t.Errorf("request without token: %v %v", res.Status, err)
+			}
+			if res != nil {
+				res.Body.Close()
+			}
+
+			out, code := sh(t, a, tokA, "", "whoami; pwd; python3 -c 'print(6*7)'; node -e 'console.log(1+1)'; sudo -n true && echo sudo-ok", 30*time.Second)
+			if code != 0 || out != "user\n/home/user\n42\n2\nsudo-ok\n" {
+				t.Errorf("basics: code %d out %q", code, out)
+			}
+
+			// Host processes are invisible: the sandbox sees only its own.
+			out, _ = sh(t, a, tokA, "root", "ps -e -o comm= | sort -u | tr '\\n' ' '", 10*time.Second)
+			if strings.Contains(out, "node.test") || strings.Contains(out, "process_api") || strings.Contains(out, "go") && strings.Contains(out, "test") {
+				t.Errorf("host processes visible: %s", out)
+			}
+
+			// Host services are unreachable, on loopback and on the host's addresses.
+			ln, err := net.Listen("tcp", "0.0.0.0:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Write([]byte("HTTP/1.0 200 OK\r\n\r\nhost\n"))
+					c.Close()
+				}
+			}()
+			port := ln.Addr().(*net.TCPAddr).Port
+			targets := []string{"127.0.0.1", a.Slot.HostIP.String()}
+			targets = append(targets, hostAddrs(t)...)
+			for _, ip := range targets {
+				out, code := sh(t, a, tokA, "", fmt.Sprintf("curl -s -m 1 http://%s:%d/", ip, port), 15*time.Second)
+				if code == 0 || strings.Contains(out, "host") {
+					t.Errorf("sandbox reached a host service at %s:%d: %q", ip, port, out)
+				}
+			}
+			// Other sandboxes are unreachable.
+			out, code = sh(t, a, tokA, "", fmt.Sprintf("curl -s -m 1 http://%s:%d/health -o /dev/null -w '%%{http_code}'", b.Slot.SandboxIP, EnvdPort), 15*time.Second)
+			if code == 0 {
+				t.Errorf("sandbox a reached sandbox b's envd: %q", out)
+			}
+
+			// Disk fill stops at diskSizeMB (256).
+			out, code = sh(t, a, tokA, "", "dd if=/dev/zero of=/home/user/fill bs=1M count=400 2>&1 | grep -o 'No space left on device'; stat -c %s /home/user/fill", 60*time.Second)
+			if size, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(out, "No space left on device\n"))); !strings.HasPrefix(out, "No space left on device\n") || size > 256<<20 {
+				t.Errorf("disk fill: code %d out %q", code, out)
+			}
+
+			// Pause and resume.
+			ctx := context.Background()
+			if err := n.Pause(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			c := http.Client{Timeout: 300 * time.Millisecond}
+			if res, err := c.Get(a.EnvdURL() + "/health"); err == nil {
+				res.Body.Close()
+				t.Error("paused sandbox answered /health")
+			}
+			if err := n.Resume(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if out, code := sh(t, a, tokA, "", "echo back", 10*time.Second); code != 0 || out != "back\n" {
+				t.Errorf("after resume: %d %q", code, out)
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	for _, rtName := range []string{"runc", "runsc"} {
+		t.Run(rtName, func(t *testing.T) {
+			n := testNode(t, rtName)
+			req := baseRequest(t, "lim-"+rtName)
+			req.MemoryMB = 192
+			sb := create(t, n, req)
+			other := create(t, n, baseRequest(t, "lim-other-"+rtName))
+			tok := "tok-" + sb.ID
+
+			out, code := sh(t, sb, tok, "", "python3 -c 'b = bytearray(512 << 20); print(len(b))'", 60*time.Second)
+			if code == 0 {
+				t.Errorf("a 512 MiB allocation succeeded under a 192 MiB limit: %q", out)
+			}
+			// The host and other sandboxes carry on.
+			if out, code := sh(t, other, "tok-"+other.ID, "", "echo alive", 10*time.Second); code != 0 || out != "alive\n" {
+				t.Errorf("other sandbox after the OOM: %d %q", code, out)
+			}
+			if rtName == "runc" {
+				// Under runc the kernel OOM killer picks the hog inside the
+				// sandbox's cgroup; envd survives.
+				if out, code := sh(t, sb, tok, "", "echo envd-alive", 10*time.Second); code != 0 || out != "envd-alive\n" {
+					t.Errorf("envd after the OOM kill: %d %q", code, out)
+				}
+				// A fork bomb is stopped by the pids limit (1024): the cgroup
+				// never holds more tasks than that, and nothing outside the
+				// sandbox notices. (envd itself may die when the limit leaves
+				// it no room for a thread; see the README.)
+				bomb := `nohup python3 -c '
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+    except OSError:
+        time.sleep(0.01)
+' >/dev/null 2>&1 &
+echo started`
+				sh(t, sb, tok, "", bomb, 10*time.Second)
+				var peak uint64
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+					if s, err := n.Stats(context.Background(), sb); err == nil && s.Pids > peak {
+						peak = s.Pids
+					}
+				}
+				if peak < 200 || peak > 1024 {
+					t.Errorf("fork bomb: peak tasks %d, want a running bomb held at or below the 1024 limit", peak)
+				}
+				if out, code := sh(t, other, "tok-"+other.ID, "", "echo alive", 10*time.Second); code != 0 || out != "alive\n" {
+					t.Errorf("other sandbox during the fork bomb: %d %q", code, out)
+				}
+			}
+		})
+	}
+}
+
+// hostAddrs returns the host's IPv4 addresses outside the test ranges.
+func hostAddrs(t testing.TB) []string {
+	ifaces, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range ifaces {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() || strings.HasPrefix(ipn.IP.String(), "10.12") {
+			continue
+		}
+		out = append(out, ipn.IP.String())
+	}
+	return out
+}
+
+func TestCheckpointRestoreKeepsProcessMemory(t *testing.T) {
+	n := testNode(t, "runsc")
+	req := baseRequest(t, "ckpt-src")
+	src := create(t, n, req)
+	tok := "tok-" + src.ID
+	// A counter that lives only in a process's memory, served on :8000.
+	script := `nohup python3 -c '
+import http.server, itertools
+c = itertools.count(1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(str(next(c)).encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()' >/dev/null 2>&1 &
+for i in $(seq 50); do curl -s localhost:8000/ >/dev/null && break; sleep 0.1; done
+curl -s localhost:8000/; curl -s localhost:8000/`
+	out, code := sh(t, src, tok, "", script, 30*time.Second)
+	if code != 0 || !strings.HasSuffix(out, "23") {
+		t.Fatalf("counter server: %d %q", code, out)
+	}
+	img := t.TempDir()
+	ctx := context.Background()
+	if err := n.Checkpoint(ctx, src, img, true); err != nil {
+		t.Fatal(err)
+	}
+	cloneReq := req
+	cloneReq.ID = "ckpt-clone"
+	clone, err := n.Restore(ctx, cloneReq, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Delete(context.Background(), clone) })
+	if clone.Slot.SandboxIP == src.Slot.SandboxIP {
+		t.Fatal("clone shares the source's address")
+	}
+	get := func(sb *Sandbox) string {
+		c := http.Client{Timeout: 5 * time.Second}
+		res, err := c.Get("http://" + net.JoinHostPort(sb.Slot.SandboxIP.String(), "8000") + "/")
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer res.Body.Close()
+		b := make([]byte, 32)
+		k, _ := res.Body.Read(b)
+		return string(b[:k])
+	}
+	// Both continue from 4: the clone restored the counter's memory, and
+	// from then on the two count independently.
+	if got := get(clone); got != "4" {
+		t.Errorf("clone counter = %q, want 4", got)
+	}
+	if got := get(src); got != "4" {
+		t.Errorf("source counter = %q, want 4", got)
+	}
+	if got := get(clone); got != "5" {
+		t.Errorf("clone counter = %q, want 5", got)
+	}
+}
+
+// TestNothingLeft runs last (Go runs tests in source order) and lists what
+// the node tests could have leaked.
+func TestNothingLeft(t *testing.T) {
+	setupFixture(t)
+	var leaks []string
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "wnt") {
+				leaks = append(leaks, "netns "+e.Name())
+			}
+		}
+	}
+	ifaces, _ := net.Interfaces()
+	for _, i := range ifaces {
+		if strings.HasPrefix(i.Name, "wnt") {
+			leaks = append(leaks, "link "+i.Name)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") {
+			leaks = append(leaks, "mount "+line)
+		}
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu", "freezer"} {
+		if entries, err := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctrl, "warren-node-test")); err == nil && len(entries) > 0 {
+			for _, e := range entries {
+				if e.IsDir() {
+					leaks = append(leaks, "cgroup "+ctrl+"/warren-node-test/"+e.Name())
+				}
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), "/run/warren-node-test") {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			leaks = append(leaks, fmt.Sprintf("process %d %q", pid, strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+	if len(leaks) > 0 {
+		t.Errorf("left behind:\n%s", strings.Join(leaks, "\n"))
+	}
+}
