@@ -205,8 +205,10 @@ func (n *Node) release(ctx context.Context, sb *Sandbox) error {
 }
 
 // Pause freezes a sandbox; Resume thaws it.
-func (n *Node) Pause(ctx context.Context, sb *Sandbox) error  { return n.cfg.Runtime.Pause(ctx, sb.ID) }
-func (n *Node) Resume(ctx context.Context, sb *Sandbox) error { return n.cfg.Runtime.Resume(ctx, sb.ID) }
+func (n *Node) Pause(ctx context.Context, sb *Sandbox) error { return n.cfg.Runtime.Pause(ctx, sb.ID) }
+func (n *Node) Resume(ctx context.Context, sb *Sandbox) error {
+	return n.cfg.Runtime.Resume(ctx, sb.ID)
+}
 
 // Stats reads a sandbox's resource use.
 func (n *Node) Stats(ctx context.Context, sb *Sandbox) (runtime.Stats, error) {
