@@ -9,14 +9,17 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Cleanup removes slots with this manager's prefix that neither the
-// manager nor known (given the namespace name) accounts for: what a crashed
-// run left behind. Pooled slots of a crashed run are leftovers too.
+// Cleanup removes slots with this manager's prefix that known (given the
+// namespace name) does not claim: what a crashed run left behind, including
+// its pooled slots. This manager's own pooled slots and slots being built
+// are kept; slots it handed out are kept only if known claims them.
 func (m *Manager) Cleanup(known func(name string) bool) error {
 	m.mu.Lock()
 	ours := map[int]bool{}
 	for id := range m.used {
-		ours[id] = true
+		if !m.out[id] {
+			ours[id] = true
+		}
 	}
 	m.mu.Unlock()
 	ids := map[int]bool{}
@@ -42,6 +45,10 @@ func (m *Manager) Cleanup(known func(name string) bool) error {
 			continue
 		}
 		errs = append(errs, m.teardown(m.slot(id)))
+		m.mu.Lock()
+		delete(m.used, id)
+		delete(m.out, id)
+		m.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -75,5 +82,6 @@ func (m *Manager) Adopt(name string) (*Slot, bool) {
 		return nil, false
 	}
 	m.used[id] = s
+	m.out[id] = true
 	return s, true
 }

@@ -66,6 +66,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	used   map[int]*Slot // reserved IDs; the slot once built
+	out    map[int]bool  // IDs handed out by Acquire and not yet released
 	next   int
 	closed bool
 
@@ -101,6 +102,7 @@ func New(cfg Config) (*Manager, error) {
 		base:   cfg.CIDR.Addr(),
 		max:    1 << (30 - cfg.CIDR.Bits()),
 		used:   map[int]*Slot{},
+		out:    map[int]bool{},
 		pool:   make(chan *Slot, cfg.PoolSize),
 		refill: make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -121,17 +123,24 @@ func New(cfg Config) (*Manager, error) {
 
 // Acquire returns a ready slot, from the pool when it has one.
 func (m *Manager) Acquire(ctx context.Context) (*Slot, error) {
+	var s *Slot
 	select {
-	case s := <-m.pool:
+	case s = <-m.pool:
 		m.kick()
-		return s, nil
 	default:
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		m.kick()
+		var err error
+		if s, err = m.create(); err != nil {
+			return nil, err
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	m.kick()
-	return m.create()
+	m.mu.Lock()
+	m.out[s.ID] = true
+	m.mu.Unlock()
+	return s, nil
 }
 
 // Release tears the slot down and frees its subnet. Releasing a slot twice
@@ -149,6 +158,7 @@ func (m *Manager) Release(s *Slot) error {
 	err := m.teardown(s)
 	m.mu.Lock()
 	delete(m.used, s.ID)
+	delete(m.out, s.ID)
 	m.mu.Unlock()
 	return err
 }

@@ -239,7 +239,7 @@ func TestPoolAndCleanup(t *testing.T) {
 	m.mu.Lock()
 	delete(m.used, orphan.ID)
 	m.mu.Unlock()
-	if err := m.Cleanup(func(name string) bool { return false }); err != nil {
+	if err := m.Cleanup(func(name string) bool { return name == s.Name }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(orphan.NetNSPath); !os.IsNotExist(err) {

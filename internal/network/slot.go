@@ -13,24 +13,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// create builds a new slot; on failure nothing of it is left.
+// create builds a new slot; on failure nothing of it is left. A namespace
+// that already exists under a slot's name (left by a crashed run that
+// Cleanup has not removed yet) is not ours to remove: its subnet stays
+// reserved and the next one is tried.
 func (m *Manager) create() (*Slot, error) {
-	id, err := m.allocate()
-	if err != nil {
-		return nil, err
-	}
-	s := m.slot(id)
-	if err := build(s); err != nil {
+	for attempt := 0; ; attempt++ {
+		id, err := m.allocate()
+		if err != nil {
+			return nil, err
+		}
+		s := m.slot(id)
+		err = build(s)
+		if err == nil {
+			m.mu.Lock()
+			m.used[id] = s
+			m.mu.Unlock()
+			return s, nil
+		}
+		if errors.Is(err, os.ErrExist) && attempt < 8 {
+			continue
+		}
 		_ = m.teardown(s)
 		m.mu.Lock()
 		delete(m.used, id)
 		m.mu.Unlock()
 		return nil, fmt.Errorf("network: building slot %s: %w", s.Name, err)
 	}
-	m.mu.Lock()
-	m.used[id] = s
-	m.mu.Unlock()
-	return s, nil
 }
 
 func build(s *Slot) error {

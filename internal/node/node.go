@@ -45,6 +45,8 @@ type Rootfs interface {
 // layers, with diskSizeMB (0: no limit) enforced on its writable layer.
 type RootfsMounter interface {
 	Mount(ctx context.Context, sandboxID string, layers []string, diskSizeMB int) (Rootfs, error)
+	// Cleanup removes the root filesystems of sandboxes keep rejects.
+	Cleanup(keep func(sandboxID string) bool) error
 }
 
 // Config wires a Node to its resources.
@@ -272,4 +274,28 @@ func (n *Node) waitHealthy(ctx context.Context, sb *Sandbox) error {
 			delay *= 2
 		}
 	}
+}
+
+// Cleanup removes what a crashed previous run left on this node:
+// containers in the runtime's state, root filesystems and network slots of
+// sandboxes that keep does not list. keep maps the IDs of sandboxes that
+// live on (the store knows them) to their slots' namespace names.
+func (n *Node) Cleanup(ctx context.Context, keep map[string]string) error {
+	var errs []error
+	containers, err := n.cfg.Runtime.List(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range containers {
+		if _, ok := keep[c.ID]; !ok {
+			errs = append(errs, n.cfg.Runtime.Delete(ctx, c.ID))
+		}
+	}
+	errs = append(errs, n.cfg.Rootfs.Cleanup(func(id string) bool { _, ok := keep[id]; return ok }))
+	slots := map[string]bool{}
+	for _, name := range keep {
+		slots[name] = true
+	}
+	errs = append(errs, n.cfg.Network.Cleanup(func(name string) bool { return slots[name] }))
+	return errors.Join(errs...)
 }

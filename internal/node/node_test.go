@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -114,6 +115,8 @@ func testNode(t testing.TB, runtimeName string) *Node {
 
 // storeMounter adapts image.Store to RootfsMounter.
 type storeMounter struct{ s *image.Store }
+
+func (m storeMounter) Cleanup(keep func(string) bool) error { return m.s.Cleanup(keep) }
 
 func (m storeMounter) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (Rootfs, error) {
 	r, err := m.s.Mount(ctx, id, layers, diskSizeMB)
@@ -402,6 +405,32 @@ curl -s localhost:8000/; curl -s localhost:8000/`
 	}
 }
 
+func TestCleanupRemovesUnknownSandboxes(t *testing.T) {
+	n := testNode(t, "runc")
+	ctx := context.Background()
+	keep := create(t, n, baseRequest(t, "clean-keep"))
+	// A sandbox of a "crashed run": running, but not known to the caller.
+	lost, err := n.Create(ctx, baseRequest(t, "clean-lost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Cleanup(ctx, map[string]string{keep.ID: keep.Slot.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Runtime().State(ctx, lost.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("lost sandbox still known to the runtime: %v", err)
+	}
+	if _, err := os.Stat(lost.Slot.NetNSPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lost sandbox's netns survived: %v", err)
+	}
+	if _, err := os.Stat(lost.Rootfs.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lost sandbox's rootfs survived: %v", err)
+	}
+	if out, code := sh(t, keep, "tok-"+keep.ID, "", "echo kept", 10*time.Second); code != 0 || out != "kept\n" {
+		t.Errorf("kept sandbox after Cleanup: %d %q", code, out)
+	}
+}
+
 // TestNothingLeft runs last (Go runs tests in source order) and lists what
 // the node tests could have leaked.
 func TestNothingLeft(t *testing.T) {
@@ -422,7 +451,7 @@ func TestNothingLeft(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") {
 			leaks = append(leaks, "mount "+line)
 		}
 	}
