@@ -1,0 +1,195 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/setup"
+)
+
+// The node benchmarks report medians and 99th percentiles as custom
+// metrics (ms), since a mean hides the tail that users feel.
+
+func reportPercentiles(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	p := func(q float64) float64 {
+		i := int(q*float64(len(ds))+0.5) - 1
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(ds) {
+			i = len(ds) - 1
+		}
+		return float64(ds[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(p(0.50), name+"-p50-ms")
+	b.ReportMetric(p(0.99), name+"-p99-ms")
+}
+
+// benchNode is testNode with a chosen slot pool size.
+func benchNode(b *testing.B, rtName string, pool int) *Node {
+	setupFixture(b)
+	cfg := runtime.Config{StateDir: filepath.Join("/run/warren-node-bench", rtName), CgroupParent: "/warren-node-bench"}
+	if rtName == "runsc" {
+		cfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+	}
+	rt, err := runtime.New(rtName, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.125.0.0/20"), Prefix: "wnb", PoolSize: pool})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nw.Destroy() })
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: storeMounter{fixture.store}, EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkCreateToHealthy measures Create (slot, rootfs, runtime start)
+// until envd answers /health, with a cold slot and with one from the pool.
+func BenchmarkCreateToHealthy(b *testing.B) {
+	for _, rtName := range []string{"runc", "runsc"} {
+		for _, pool := range []int{-1, 4} {
+			name := rtName + "/cold-slot"
+			if pool > 0 {
+				name = rtName + "/pooled-slot"
+			}
+			b.Run(name, func(b *testing.B) {
+				n := benchNode(b, rtName, pool)
+				ctx := context.Background()
+				var ds []time.Duration
+				var charged uint64
+				for i := 0; i < b.N; i++ {
+					if pool > 0 {
+						waitPool(n)
+					}
+					req := baseRequest(b, fmt.Sprintf("bench-%s-%d", rtName, i))
+					start := time.Now()
+					sb, err := n.Create(ctx, req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ds = append(ds, time.Since(start))
+					if i == 0 {
+						time.Sleep(500 * time.Millisecond) // let it settle, then read what an idle sandbox costs
+						if st, err := n.Stats(ctx, sb); err == nil {
+							charged = st.MemoryBytes
+						}
+					}
+					if err := n.Delete(ctx, sb); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportPercentiles(b, "create", ds)
+				b.ReportMetric(float64(charged)/(1<<20), "idle-MiB")
+			})
+		}
+	}
+}
+
+func waitPool(n *Node) {
+	// The pool refills in the background after each Acquire.
+	time.Sleep(30 * time.Millisecond)
+}
+
+// BenchmarkPauseResume measures Pause and Resume of an idle sandbox.
+func BenchmarkPauseResume(b *testing.B) {
+	for _, rtName := range []string{"runc", "runsc"} {
+		b.Run(rtName, func(b *testing.B) {
+			n := benchNode(b, rtName, 2)
+			ctx := context.Background()
+			sb, err := n.Create(ctx, baseRequest(b, "bench-pause-"+rtName))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Delete(ctx, sb)
+			var pauses, resumes []time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := n.Pause(ctx, sb); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := n.Resume(ctx, sb); err != nil {
+					b.Fatal(err)
+				}
+				pauses = append(pauses, t1.Sub(t0))
+				resumes = append(resumes, time.Since(t1))
+			}
+			reportPercentiles(b, "pause", pauses)
+			reportPercentiles(b, "resume", resumes)
+		})
+	}
+}
+
+// BenchmarkCheckpointRestore checkpoints (leaving it running) a sandbox
+// whose process holds 50 MiB, and restores the image into a new sandbox
+// until its envd is healthy.
+func BenchmarkCheckpointRestore(b *testing.B) {
+	n := benchNode(b, "runsc", 2)
+	ctx := context.Background()
+	req := baseRequest(b, "bench-ckpt")
+	req.MemoryMB = 512
+	sb, err := n.Create(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Delete(ctx, sb)
+	out, code := sh(b, sb, "tok-"+sb.ID, "", `nohup python3 -c '
+import os, time
+ballast = bytearray(os.urandom(50 << 20))
+time.sleep(3600)' >/dev/null 2>&1 & sleep 2; echo ok`, 30*time.Second)
+	if code != 0 {
+		b.Fatalf("ballast: %q", out)
+	}
+	var ckpts, restores []time.Duration
+	var imageBytes int64
+	for i := 0; i < b.N; i++ {
+		dir := b.TempDir()
+		t0 := time.Now()
+		if err := n.Checkpoint(ctx, sb, dir, true); err != nil {
+			b.Fatal(err)
+		}
+		ckpts = append(ckpts, time.Since(t0))
+		imageBytes = dirSize(dir)
+		clone := req
+		clone.ID = fmt.Sprintf("bench-clone-%d", i)
+		t1 := time.Now()
+		c, err := n.Restore(ctx, clone, dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		restores = append(restores, time.Since(t1))
+		n.Delete(ctx, c)
+		os.RemoveAll(dir)
+	}
+	reportPercentiles(b, "checkpoint", ckpts)
+	reportPercentiles(b, "restore", restores)
+	b.ReportMetric(float64(imageBytes)/(1<<20), "image-MiB")
+}
+
+func dirSize(dir string) int64 {
+	var total int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			total += fi.Size()
+		}
+		return nil
+	})
+	return total
+}
