@@ -5,7 +5,7 @@ BIN := bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 
-.PHONY: all build generate test test-go test-e2e deps bench run clean vet
+.PHONY: all build generate test test-go test-e2e deps setup bench run clean vet
 
 all: build
 
@@ -28,10 +28,14 @@ generate:
 deps:
 	scripts/install-deps.sh
 
+# Installs the runtimes (runsc, runc) and the base template; idempotent.
+setup: build
+	$(BIN)/warren setup
+
 vet:
 	$(GO) vet ./...
 
-test: deps build vet test-go test-e2e
+test: deps build setup vet test-go test-e2e
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
@@ -39,12 +43,12 @@ test-go:
 test-e2e: build
 	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run
 
-bench: deps build
+bench: deps build setup
 	scripts/bench.sh
 
 # Until the platform API lands (`warren serve`), `make run` starts what
 # exists: envd on localhost:49983, which the E2B SDK uses in debug mode.
-run: deps build
+run: deps build setup
 	@echo "envd on localhost:49983. Use it from the E2B SDK with: export E2B_DEBUG=true"
 	$(BIN)/envd --addr 127.0.0.1:49983,[::1]:49983 --user user
 

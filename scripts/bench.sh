@@ -10,3 +10,12 @@ echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
+
+echo
+echo "## sandboxes on this node (go test -bench ./internal/node, root; medians and p99 in ms)"
+bin/warren setup >/dev/null
+go test -run '^$' -bench . -benchtime 20x -timeout 30m ./internal/node/ | awk '
+  /^Benchmark/ {
+    name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
+    for (i = 5; i + 1 <= NF; i += 2) printf "| %-36s | %-22s | %10s |\n", name, $(i+1), $i
+  }'
