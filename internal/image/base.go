@@ -10,10 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/lockfile"
 )
 
 // BaseTemplateID is the template every sandbox uses unless told otherwise.
@@ -49,7 +50,7 @@ func (s *Store) EnsureBase(ctx context.Context, opts BaseOptions, progress io.Wr
 			return t, nil
 		}
 	}
-	unlock, err := lock(ctx, filepath.Join(s.dir, ".base.lock"))
+	unlock, err := lockfile.Acquire(ctx, filepath.Join(s.dir, ".base.lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -210,28 +211,4 @@ func removeTree(dir string) error {
 		return err
 	}
 	return os.RemoveAll(dir)
-}
-
-// lock takes an exclusive flock on path, waiting until ctx is done.
-func lock(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // Rootfs is a sandbox's mounted root filesystem.
@@ -200,47 +201,13 @@ func unmountBelow(dir string) error {
 
 // mountPoints lists the mount points of this mount namespace.
 func mountPoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			out = append(out, unescapeOctal(fields[4]))
-		}
+	out := make([]string, len(mounts))
+	for i, m := range mounts {
+		out[i] = m.MountPoint
 	}
-	return out, sc.Err()
-}
-
-// unescapeOctal undoes mountinfo's \ooo escapes (spaces, tabs, newlines).
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // cgroupMounts says where the cgroup hierarchies are mounted. A host is
@@ -25,67 +26,34 @@ type cgroupMounts struct {
 }
 
 func readCgroupMounts() (*cgroupMounts, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return parseCgroupMounts(f)
+	return cgroupMountsOf(mounts), nil
 }
 
-func parseCgroupMounts(r interface{ Read([]byte) (int, error) }) (*cgroupMounts, error) {
+func cgroupMountsOf(mounts []mountinfo.Entry) *cgroupMounts {
 	m := &cgroupMounts{v1: map[string]string{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
-			continue
-		}
-		mnt := unescapeMountinfo(pf[4])
-		switch qf[0] {
+	for _, e := range mounts {
+		switch e.FSType {
 		case "cgroup2":
 			if m.v2 == "" {
-				m.v2 = mnt
+				m.v2 = e.MountPoint
 			}
 		case "cgroup":
-			for _, opt := range strings.Split(qf[2], ",") {
+			for _, opt := range e.SuperOptions {
 				switch opt {
 				case "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "clone_children", "xattr", "noprefix", "cpuset_v2_mode":
 					continue
 				}
 				if _, dup := m.v1[opt]; !dup {
-					m.v1[opt] = mnt
+					m.v1[opt] = e.MountPoint
 				}
 			}
 		}
 	}
-	return m, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space...) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return m
 }
 
 // dir returns the directory of cgroup path cg for controller ctrl, and

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/warren-sandbox/warren/internal/lockfile"
 )
 
 // The runsc that `warren setup` installs. gVisor publishes no tagged Go
@@ -47,7 +47,7 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	}
 	bin := filepath.Join(dir, "runsc")
 	stamp := filepath.Join(dir, "runsc.version")
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".runsc.lock"))
+	unlock, err := lockfile.Acquire(ctx, filepath.Join(dir, ".runsc.lock"))
 	if err != nil {
 		return "", err
 	}
@@ -171,31 +171,6 @@ func writeFileAtomic(p string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, p)
-}
-
-// lockFile takes an exclusive flock on p, polling so that ctx can end
-// the wait.
-func lockFile(ctx context.Context, p string) (unlock func(), err error) {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for %s: %w", p, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // EnsureRunc installs Debian's runc package unless runc is on PATH, and

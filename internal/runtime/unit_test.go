@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 func TestParseCgroupMounts(t *testing.T) {
@@ -18,7 +20,8 @@ func TestParseCgroupMounts(t *testing.T) {
 32 25 0:29 / /sys/fs/cgroup/pids rw,nosuid shared:16 - cgroup cgroup rw,pids
 40 1 8:1 / /mnt/with\040space rw - ext4 /dev/sda1 rw
 `
-	m, err := parseCgroupMounts(strings.NewReader(hybrid))
+	entries, err := mountinfo.Parse(strings.NewReader(hybrid))
+	m := cgroupMountsOf(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,8 @@ func TestParseCgroupMounts(t *testing.T) {
 	}
 
 	unified := "30 1 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n"
-	m, _ = parseCgroupMounts(strings.NewReader(unified))
+	entries, _ = mountinfo.Parse(strings.NewReader(unified))
+	m = cgroupMountsOf(entries)
 	if d, v2, ok := m.dir("pids", "/warren/x"); !ok || !v2 || d != "/sys/fs/cgroup/warren/x" {
 		t.Errorf("v2 pids dir = %q v2=%v ok=%v", d, v2, ok)
 	}
