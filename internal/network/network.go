@@ -191,6 +191,19 @@ func (m *Manager) Destroy() error {
 	return errors.Join(m.Close(), m.removeRules())
 }
 
+// IsPooled reports whether the namespace name belongs to a ready slot in
+// the pool (built, not handed out).
+func (m *Manager) IsPooled(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, s := range m.used {
+		if s != nil && s.Name == name && !m.out[id] {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) kick() {
 	select {
 	case m.refill <- struct{}{}:

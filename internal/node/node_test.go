@@ -431,6 +431,30 @@ func TestCleanupRemovesUnknownSandboxes(t *testing.T) {
 	}
 }
 
+func TestFailedCreateLeavesNothing(t *testing.T) {
+	n := testNode(t, "runc")
+	broken := *n
+	broken.cfg.EnvdPath = "/nonexistent/envd" // the runtime cannot start it
+	req := baseRequest(t, "fail-create")
+	if sb, err := broken.Create(context.Background(), req); err == nil {
+		n.Delete(context.Background(), sb)
+		t.Fatal("Create with a missing envd succeeded")
+	}
+	if _, err := n.Runtime().State(context.Background(), req.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("runtime still knows the failed sandbox: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fixture.store.Dir(), "sandboxes", req.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("root filesystem of the failed sandbox left: %v", err)
+	}
+	if entries, _ := os.ReadDir("/run/netns"); len(entries) > 0 {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "wntc-") && !n.cfg.Network.IsPooled(e.Name()) {
+				t.Errorf("netns %s left by the failed create", e.Name())
+			}
+		}
+	}
+}
+
 // TestNothingLeft runs last (Go runs tests in source order) and lists what
 // the node tests could have leaked.
 func TestNothingLeft(t *testing.T) {
@@ -451,7 +475,7 @@ func TestNothingLeft(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") {
 			leaks = append(leaks, "mount "+line)
 		}
 	}
