@@ -37,9 +37,19 @@ func reportPercentiles(b *testing.B, name string, ds []time.Duration) {
 	b.ReportMetric(p(0.99), name+"-p99-ms")
 }
 
+// benchNodes caches one node per runtime and pool size: the testing
+// package calls a benchmark function several times (growing b.N), and
+// managers with one prefix must not overlap. TestMain destroys them.
+var benchNodes = map[string]*Node{}
+
 // benchNode is testNode with a chosen slot pool size.
 func benchNode(b *testing.B, rtName string, pool int) *Node {
 	setupFixture(b)
+	key := fmt.Sprintf("%s/%d", rtName, pool)
+	if n, ok := benchNodes[key]; ok {
+		return n
+	}
+	prefix := fmt.Sprintf("wnb%d", len(benchNodes))
 	cfg := runtime.Config{StateDir: filepath.Join("/run/warren-node-bench", rtName), CgroupParent: "/warren-node-bench"}
 	if rtName == "runsc" {
 		cfg.Binary = setup.RunscPath(setup.DefaultDataDir)
@@ -48,16 +58,26 @@ func benchNode(b *testing.B, rtName string, pool int) *Node {
 	if err != nil {
 		b.Fatal(err)
 	}
-	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.125.0.0/20"), Prefix: "wnb", PoolSize: pool})
+	cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 125, byte(len(benchNodes) * 16), 0}), 20)
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: prefix, PoolSize: pool})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { nw.Destroy() })
 	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: storeMounter{fixture.store}, EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
+		nw.Destroy()
 		b.Fatal(err)
 	}
+	benchNodes[key] = n
 	return n
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, n := range benchNodes {
+		n.cfg.Network.Destroy()
+	}
+	os.Exit(code)
 }
 
 // BenchmarkCreateToHealthy measures Create (slot, rootfs, runtime start)
