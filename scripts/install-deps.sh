@@ -37,3 +37,20 @@ if ! id -u user >/dev/null 2>&1; then
   echo "install-deps: creating the account 'user'"
   useradd --create-home --shell /bin/bash user
 fi
+
+# PostgreSQL for the store tests (internal/store runs against SQLite and
+# PostgreSQL): Debian's server, a running cluster, and a superuser role for
+# root so tests connect over the local socket with peer authentication.
+apt_install postgresql
+if ! pg_lsclusters -h 2>/dev/null | grep -q online; then
+  cluster=$(pg_lsclusters -h | awk 'NR==1 {print $1" "$2}')
+  if [ -z "$cluster" ]; then
+    version=$(ls /usr/lib/postgresql | sort -V | tail -1)
+    pg_createcluster "$version" main >/dev/null
+    cluster="$version main"
+  fi
+  pg_ctlcluster $cluster start
+fi
+if ! runuser -u postgres -- psql -tAc "SELECT 1 FROM pg_roles WHERE rolname='root'" | grep -q 1; then
+  runuser -u postgres -- psql -qc "CREATE ROLE root SUPERUSER LOGIN" >/dev/null
+fi

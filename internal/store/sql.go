@@ -1,0 +1,494 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+type dialect int
+
+const (
+	sqliteDialect dialect = iota
+	postgresDialect
+)
+
+// SQL is the Store on SQLite or PostgreSQL.
+type SQL struct {
+	db *sql.DB
+	d  dialect
+}
+
+var _ Store = (*SQL)(nil)
+
+// OpenSQLite opens (creating if needed) the SQLite database at path, in
+// WAL mode, and migrates it.
+func OpenSQLite(ctx context.Context, path string) (*SQL, error) {
+	// _txlock=immediate: a write transaction takes the write lock at BEGIN,
+	// so read-modify-write transactions serialise instead of failing late.
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, db, sqliteDialect)
+}
+
+// OpenPostgres connects to PostgreSQL (a pgx connection string or URL)
+// and migrates the database.
+func OpenPostgres(ctx context.Context, dsn string) (*SQL, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, db, postgresDialect)
+}
+
+// Open picks the database by the form of url: "postgres://…" or
+// "postgresql://…" for PostgreSQL, anything else is a SQLite file path.
+func Open(ctx context.Context, url string) (*SQL, error) {
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		return OpenPostgres(ctx, url)
+	}
+	return OpenSQLite(ctx, strings.TrimPrefix(url, "sqlite://"))
+}
+
+func open(ctx context.Context, db *sql.DB, d dialect) (*SQL, error) {
+	s := &SQL{db: db, d: d}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: connecting: %w", err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *SQL) Close() error { return s.db.Close() }
+
+// q rewrites "?" placeholders as $1, $2… for PostgreSQL.
+func (s *SQL) q(query string) string {
+	if s.d != postgresDialect {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (s *SQL) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if s.d == postgresDialect {
+		// Several warren processes may start at once on one database.
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(7261)"); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"); err != nil {
+		return fmt.Errorf("store: migrations table: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("store: migration %s has no version number", base)
+		}
+		var applied int
+		if err := tx.QueryRowContext(ctx, s.q("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), version).Scan(&applied); err != nil {
+			return err
+		}
+		if applied > 0 {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		for _, stmt := range strings.Split(string(body), ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("store: migration %s: %w", base, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"), version, ms(time.Now())); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// isUniqueViolation recognises both drivers' duplicate-key errors.
+func isUniqueViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "duplicate key")
+}
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("store: %s %s: %w", what, id, ErrNotFound)
+	}
+	return err
+}
+
+// Teams.
+
+func (s *SQL) CreateTeam(ctx context.Context, t Team) error {
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)"), t.ID, t.Name, ms(t.CreatedAt))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: team %s: %w", t.ID, ErrConflict)
+	}
+	return err
+}
+
+func (s *SQL) GetTeam(ctx context.Context, id string) (Team, error) {
+	var t Team
+	var created int64
+	err := s.db.QueryRowContext(ctx, s.q("SELECT id, name, created_at FROM teams WHERE id = ?"), id).Scan(&t.ID, &t.Name, &created)
+	t.CreatedAt = fromMS(created)
+	return t, notFound("team", id, err)
+}
+
+func (s *SQL) ListTeams(ctx context.Context) ([]Team, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT id, name, created_at FROM teams ORDER BY created_at, id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Team
+	for rows.Next() {
+		var t Team
+		var created int64
+		if err := rows.Scan(&t.ID, &t.Name, &created); err != nil {
+			return nil, err
+		}
+		t.CreatedAt = fromMS(created)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Keys.
+
+func (s *SQL) CreateKey(ctx context.Context, k Key) error {
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO keys (id, team_id, kind, name, hash, mask, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+		k.ID, k.TeamID, string(k.Kind), k.Name, k.Hash, k.Mask, ms(k.CreatedAt))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: key %s: %w", k.ID, ErrConflict)
+	}
+	return err
+}
+
+const keyColumns = "id, team_id, kind, name, hash, mask, created_at"
+
+func scanKey(row interface{ Scan(...any) error }) (Key, error) {
+	var k Key
+	var kind string
+	var created int64
+	err := row.Scan(&k.ID, &k.TeamID, &kind, &k.Name, &k.Hash, &k.Mask, &created)
+	k.Kind, k.CreatedAt = KeyKind(kind), fromMS(created)
+	return k, err
+}
+
+func (s *SQL) KeyByHash(ctx context.Context, kind KeyKind, hash string) (Key, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, s.q("SELECT "+keyColumns+" FROM keys WHERE kind = ? AND hash = ?"), string(kind), hash))
+	return k, notFound("key", "with that hash", err)
+}
+
+func (s *SQL) ListKeys(ctx context.Context, teamID string) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+keyColumns+" FROM keys WHERE team_id = ? ORDER BY created_at, id"), teamID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (s *SQL) DeleteKey(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, s.q("DELETE FROM keys WHERE id = ?"), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: key %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Sandboxes.
+
+const sandboxColumns = "id, team_id, template_id, alias, state, started_at, end_at, cpu_count, memory_mb, disk_size_mb, " +
+	"envd_version, envd_access_token, traffic_access_token, metadata, env_vars, allow_internet_access, " +
+	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at"
+
+func sandboxArgs(sb *Sandbox) ([]any, error) {
+	meta, err := json.Marshal(orEmpty(sb.Metadata))
+	if err != nil {
+		return nil, err
+	}
+	envs, err := json.Marshal(orEmpty(sb.EnvVars))
+	if err != nil {
+		return nil, err
+	}
+	var inet any
+	if sb.AllowInternetAccess != nil {
+		inet = b2i(*sb.AllowInternetAccess)
+	}
+	return []any{sb.ID, sb.TeamID, sb.TemplateID, sb.Alias, string(sb.State), ms(sb.StartedAt), ms(sb.EndAt),
+		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken, sb.TrafficAccessToken,
+		string(meta), string(envs), inet, b2i(sb.AutoPause), b2i(sb.AutoResume), b2i(sb.Secure),
+		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt)}, nil
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
+	var sb Sandbox
+	var state, meta, envs string
+	var started, end, updated int64
+	var inet sql.NullInt64
+	var autoPause, autoResume, secure int
+	err := row.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &started, &end,
+		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &sb.EnvdVersion, &sb.EnvdAccessToken, &sb.TrafficAccessToken,
+		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated)
+	if err != nil {
+		return sb, err
+	}
+	sb.State = SandboxState(state)
+	sb.StartedAt, sb.EndAt, sb.UpdatedAt = fromMS(started), fromMS(end), fromMS(updated)
+	if inet.Valid {
+		v := inet.Int64 != 0
+		sb.AllowInternetAccess = &v
+	}
+	sb.AutoPause, sb.AutoResume, sb.Secure = autoPause != 0, autoResume != 0, secure != 0
+	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
+		return sb, fmt.Errorf("store: sandbox %s metadata: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(envs), &sb.EnvVars); err != nil {
+		return sb, fmt.Errorf("store: sandbox %s env vars: %w", sb.ID, err)
+	}
+	return sb, nil
+}
+
+func (s *SQL) CreateSandbox(ctx context.Context, sb Sandbox) error {
+	if sb.UpdatedAt.IsZero() {
+		sb.UpdatedAt = time.Now()
+	}
+	args, err := sandboxArgs(&sb)
+	if err != nil {
+		return err
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
+	_, err = s.db.ExecContext(ctx, s.q("INSERT INTO sandboxes ("+sandboxColumns+") VALUES ("+marks+")"), args...)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: sandbox %s: %w", sb.ID, ErrConflict)
+	}
+	return err
+}
+
+func (s *SQL) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, s.q("SELECT "+sandboxColumns+" FROM sandboxes WHERE id = ?"), id))
+	return sb, notFound("sandbox", id, err)
+}
+
+func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox) error) (Sandbox, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer tx.Rollback()
+	query := "SELECT " + sandboxColumns + " FROM sandboxes WHERE id = ?"
+	if s.d == postgresDialect {
+		query += " FOR UPDATE"
+	}
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, s.q(query), id))
+	if err != nil {
+		return Sandbox{}, notFound("sandbox", id, err)
+	}
+	if err := update(&sb); err != nil {
+		return Sandbox{}, err
+	}
+	sb.ID = id
+	sb.UpdatedAt = time.Now()
+	args, err := sandboxArgs(&sb)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	cols := strings.Split(sandboxColumns, ", ")
+	sets := make([]string, 0, len(cols)-1)
+	for _, c := range cols[1:] {
+		sets = append(sets, c+" = ?")
+	}
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE sandboxes SET "+strings.Join(sets, ", ")+" WHERE id = ?"), append(args[1:], id)...); err != nil {
+		return Sandbox{}, err
+	}
+	return sb, tx.Commit()
+}
+
+func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, s.q("DELETE FROM sandboxes WHERE id = ?"), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: sandbox %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
+	var where []string
+	var args []any
+	if f.TeamID != "" {
+		where = append(where, "team_id = ?")
+		args = append(args, f.TeamID)
+	}
+	if len(f.States) > 0 {
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(f.States)), ", ")
+		where = append(where, "state IN ("+marks+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	if f.After != nil {
+		op := ">"
+		if f.Desc {
+			op = "<"
+		}
+		where = append(where, "(started_at "+op+" ? OR (started_at = ? AND id "+op+" ?))")
+		args = append(args, ms(f.After.StartedAt), ms(f.After.StartedAt), f.After.ID)
+	}
+	query := "SELECT " + sandboxColumns + " FROM sandboxes"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	if f.Desc {
+		query += " ORDER BY started_at DESC, id DESC"
+	} else {
+		query += " ORDER BY started_at, id"
+	}
+	// Metadata is JSON text: it is matched here, so the SQL limit applies
+	// only when there is no metadata filter.
+	if f.Limit > 0 && len(f.Metadata) == 0 {
+		query += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		if !hasMetadata(sb.Metadata, f.Metadata) {
+			continue
+		}
+		out = append(out, sb)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out, rows.Err()
+}
+
+func hasMetadata(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *SQL) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+sandboxColumns+" FROM sandboxes WHERE state IN (?, ?) AND end_at <= ? ORDER BY end_at"),
+		string(StateRunning), string(StatePaused), ms(now))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,144 @@
+// Package store persists Warren's control-plane state: teams, their API
+// keys and access tokens, and sandboxes.
+//
+// One implementation serves both databases through database/sql: SQLite
+// (modernc.org/sqlite, pure Go, WAL) is the embedded default of a single
+// box, PostgreSQL (pgx) the shared store of several nodes. The SQL is
+// written once, with "?" placeholders rewritten for PostgreSQL, and the
+// schema uses only types both understand (times are unix milliseconds,
+// maps are JSON text). Migrations are numbered SQL files applied in order
+// inside a transaction and recorded in schema_migrations.
+//
+// Every transition of a sandbox is written here before the runtime acts
+// (see internal/sandbox), so that a restarted warren can reconcile the
+// store with what is running.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned (wrapped) for a missing record.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned (wrapped) when a record with that ID exists.
+var ErrConflict = errors.New("already exists")
+
+// Team owns keys, sandboxes and templates.
+type Team struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// KeyKind tells API keys (X-API-Key) from access tokens (Bearer).
+type KeyKind string
+
+const (
+	KindAPIKey      KeyKind = "api_key"
+	KindAccessToken KeyKind = "access_token"
+)
+
+// Key is an API key or access token. Only its hash is stored; Mask is a
+// recognisable, harmless part of it for listings (prefix and last chars).
+type Key struct {
+	ID        string
+	TeamID    string
+	Kind      KeyKind
+	Name      string
+	Hash      string
+	Mask      string
+	CreatedAt time.Time
+}
+
+// SandboxState is a sandbox's lifecycle state.
+type SandboxState string
+
+const (
+	StateCreating SandboxState = "creating"
+	StateRunning  SandboxState = "running"
+	StatePaused   SandboxState = "paused"
+	StateKilled   SandboxState = "killed"
+)
+
+// Sandbox is a sandbox's record.
+type Sandbox struct {
+	ID                  string
+	TeamID              string
+	TemplateID          string
+	Alias               string
+	State               SandboxState
+	StartedAt           time.Time
+	EndAt               time.Time
+	CPUCount            int
+	MemoryMB            int
+	DiskSizeMB          int
+	EnvdVersion         string
+	EnvdAccessToken     string
+	TrafficAccessToken  string
+	Metadata            map[string]string
+	EnvVars             map[string]string
+	AllowInternetAccess *bool
+	AutoPause           bool
+	AutoResume          bool
+	Secure              bool
+	// Node and Slot say where the sandbox runs: the node's name and the
+	// network slot's namespace name.
+	Node    string
+	Slot    string
+	Runtime string
+	// Extra holds fields the API passes through (network policy, volume
+	// mounts...) as JSON.
+	Extra     string
+	UpdatedAt time.Time
+}
+
+// SandboxFilter selects sandboxes for ListSandboxes.
+type SandboxFilter struct {
+	TeamID string
+	// States, if set, keeps only sandboxes in one of them.
+	States []SandboxState
+	// Metadata keeps only sandboxes whose metadata has every pair.
+	Metadata map[string]string
+	// After continues a listing: sandboxes ordered after this cursor.
+	After *Cursor
+	// Desc orders newest first (default oldest first).
+	Desc bool
+	// Limit bounds the result; 0 means no limit.
+	Limit int
+}
+
+// Cursor is a position in a listing ordered by (StartedAt, ID).
+type Cursor struct {
+	StartedAt time.Time
+	ID        string
+}
+
+// Store is the persistence interface. Implementations are safe for
+// concurrent use.
+type Store interface {
+	CreateTeam(ctx context.Context, t Team) error
+	GetTeam(ctx context.Context, id string) (Team, error)
+	ListTeams(ctx context.Context) ([]Team, error)
+
+	CreateKey(ctx context.Context, k Key) error
+	// KeyByHash finds a key of the given kind by its hash.
+	KeyByHash(ctx context.Context, kind KeyKind, hash string) (Key, error)
+	ListKeys(ctx context.Context, teamID string) ([]Key, error)
+	DeleteKey(ctx context.Context, id string) error
+
+	CreateSandbox(ctx context.Context, s Sandbox) error
+	GetSandbox(ctx context.Context, id string) (Sandbox, error)
+	// UpdateSandbox reads the sandbox, lets update change it and writes
+	// it back, atomically: concurrent updates of one sandbox serialise.
+	// An error from update aborts without writing.
+	UpdateSandbox(ctx context.Context, id string, update func(*Sandbox) error) (Sandbox, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// ExpiredSandboxes lists running or paused sandboxes whose EndAt has passed.
+	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
+
+	Close() error
+}
