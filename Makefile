@@ -4,6 +4,7 @@ GO ?= go
 BIN := bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
 
 .PHONY: all build generate test test-go test-e2e deps setup bench run clean vet
 
@@ -14,7 +15,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/envd ./cmd/envd
 	$(GO) build -o $(BIN)/warren ./cmd/warren
 
-# Regenerates the committed Connect/protobuf code from proto/.
+# Regenerates the committed code: Connect/protobuf from proto/, the
+# platform API's types and server interface from api/openapi.yml.
 generate:
 	@command -v protoc >/dev/null || apt-get install -y protobuf-compiler
 	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $(PROTOC_GEN_GO)
@@ -23,6 +25,7 @@ generate:
 	  --go_out=. --go_opt=module=github.com/warren-sandbox/warren \
 	  --connect-go_out=. --connect-go_opt=module=github.com/warren-sandbox/warren \
 	  envd/filesystem.proto envd/process.proto
+	cd api && $(GO) run $(OAPI_CODEGEN) -config codegen.yml openapi.yml
 
 # Installs what the tests need on a fresh Debian box.
 deps:
