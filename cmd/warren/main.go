@@ -18,6 +18,7 @@ const usage = `usage: warren <command> [flags]
 
 commands:
   setup     install the runtimes and the base template (idempotent)
+  keys      manage API keys and access tokens: keys create|list|revoke
   version   print the version
 `
 
@@ -32,6 +33,8 @@ func main() {
 	switch os.Args[1] {
 	case "setup":
 		err = runSetup(ctx, os.Args[2:])
+	case "keys":
+		err = runKeys(ctx, os.Args[2:])
 	case "version":
 		fmt.Println("warren (development)")
 	default:

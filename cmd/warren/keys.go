@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+const keysUsage = `usage: warren keys create [--access-token] [--name NAME]
+       warren keys list
+       warren keys revoke ID
+flags (all): --data-dir DIR, --store URL (default: DIR/warren.db)`
+
+// openStore opens the store warren serve uses: --store, else SQLite in the
+// data directory.
+func openStore(ctx context.Context, dataDir, url string) (store.Store, error) {
+	if url == "" {
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, err
+		}
+		url = filepath.Join(dataDir, "warren.db")
+	}
+	return store.Open(ctx, url)
+}
+
+func runKeys(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(keysUsage)
+	}
+	fs := flag.NewFlagSet("keys", flag.ExitOnError)
+	dataDir := fs.String("data-dir", setup.DefaultDataDir, "where Warren keeps its state")
+	storeURL := fs.String("store", "", "PostgreSQL URL, or a SQLite file (default: DATA-DIR/warren.db)")
+	accessToken := fs.Bool("access-token", false, "create an access token (Bearer) instead of an API key")
+	name := fs.String("name", "", "a name to recognise the key by")
+	fs.Parse(args[1:])
+	s, err := openStore(ctx, *dataDir, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if first, err := auth.Bootstrap(ctx, s, *dataDir, "", ""); err != nil {
+		return err
+	} else if first != nil {
+		fmt.Printf("first use of %s: the initial API key and access token are in %s\n", *dataDir, first.File)
+	}
+	switch args[0] {
+	case "create":
+		kind := store.KindAPIKey
+		if *accessToken {
+			kind = store.KindAccessToken
+		}
+		k, secret, err := auth.CreateKey(ctx, s, auth.DefaultTeamID, kind, *name, "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %s created (id %s); it is shown only now:\n%s\n", kind, k.Mask, k.ID, secret)
+	case "list":
+		keys, err := s.ListKeys(ctx, auth.DefaultTeamID)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tKIND\tKEY\tNAME\tCREATED")
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Kind, k.Mask, k.Name, k.CreatedAt.Format("2006-01-02 15:04"))
+		}
+		return w.Flush()
+	case "revoke":
+		if fs.NArg() != 1 {
+			return errors.New(keysUsage)
+		}
+		if err := s.DeleteKey(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Println("revoked", fs.Arg(0))
+	default:
+		return errors.New(keysUsage)
+	}
+	return nil
+}
