@@ -154,7 +154,7 @@ func create(t testing.TB, n *Node, req CreateRequest) *Sandbox {
 // exit code.
 func sh(t testing.TB, sb *Sandbox, token, user, script string, timeout time.Duration) (string, int) {
 	t.Helper()
-	c := processconnect.NewProcessClient(http.DefaultClient, sb.EnvdURL(), connect.WithProtoJSON())
+	c := processconnect.NewProcessClient(freshConns, sb.EnvdURL(), connect.WithProtoJSON())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
@@ -183,6 +183,11 @@ func sh(t testing.TB, sb *Sandbox, token, user, script string, timeout time.Dura
 	return out.String(), code
 }
 
+// freshConns never reuses a connection: sandbox addresses are reused by
+// later sandboxes, and a kept-alive connection to an earlier sandbox at
+// the same address would be reset by the new one.
+var freshConns = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func basic(user string) string {
 	return map[string]string{"root": "cm9vdDo=", "user": "dXNlcjo="}[user]
 }
@@ -196,7 +201,7 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 			tokA := "tok-" + a.ID
 
 			// envd requires the token it was started with.
-			res, err := http.Post(a.EnvdURL()+"/process.Process/List", "application/json", strings.NewReader("{}"))
+			res, err := freshConns.Post(a.EnvdURL()+"/process.Process/List", "application/json", strings.NewReader("{}"))
 			if err != nil || res.StatusCode != 401 {
 				t.Errorf("request without token: %v %v", res.Status, err)
 			}
@@ -257,7 +262,7 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 			if err := n.Pause(ctx, a); err != nil {
 				t.Fatal(err)
 			}
-			c := http.Client{Timeout: 300 * time.Millisecond}
+			c := http.Client{Timeout: 300 * time.Millisecond, Transport: freshConns.Transport}
 			if res, err := c.Get(a.EnvdURL() + "/health"); err == nil {
 				res.Body.Close()
 				t.Error("paused sandbox answered /health")
@@ -382,7 +387,7 @@ curl -s localhost:8000/; curl -s localhost:8000/`
 		t.Fatal("clone shares the source's address")
 	}
 	get := func(sb *Sandbox) string {
-		c := http.Client{Timeout: 5 * time.Second}
+		c := http.Client{Timeout: 5 * time.Second, Transport: freshConns.Transport}
 		res, err := c.Get("http://" + net.JoinHostPort(sb.Slot.SandboxIP.String(), "8000") + "/")
 		if err != nil {
 			return "error: " + err.Error()
