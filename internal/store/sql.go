@@ -201,30 +201,20 @@ func (s *SQL) CreateTeam(ctx context.Context, t Team) error {
 }
 
 func (s *SQL) GetTeam(ctx context.Context, id string) (Team, error) {
-	var t Team
-	var created int64
-	err := s.db.QueryRowContext(ctx, s.q("SELECT id, name, created_at FROM teams WHERE id = ?"), id).Scan(&t.ID, &t.Name, &created)
-	t.CreatedAt = fromMS(created)
+	t, err := scanTeam(s.db.QueryRowContext(ctx, s.q("SELECT id, name, created_at FROM teams WHERE id = ?"), id))
 	return t, notFound("team", id, err)
 }
 
 func (s *SQL) ListTeams(ctx context.Context) ([]Team, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT id, name, created_at FROM teams ORDER BY created_at, id")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Team
-	for rows.Next() {
-		var t Team
-		var created int64
-		if err := rows.Scan(&t.ID, &t.Name, &created); err != nil {
-			return nil, err
-		}
-		t.CreatedAt = fromMS(created)
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, "SELECT id, name, created_at FROM teams ORDER BY created_at, id", scanTeam)
+}
+
+func scanTeam(row interface{ Scan(...any) error }) (Team, error) {
+	var t Team
+	var created int64
+	err := row.Scan(&t.ID, &t.Name, &created)
+	t.CreatedAt = fromMS(created)
+	return t, err
 }
 
 // Keys.
@@ -255,18 +245,23 @@ func (s *SQL) KeyByHash(ctx context.Context, kind KeyKind, hash string) (Key, er
 }
 
 func (s *SQL) ListKeys(ctx context.Context, teamID string) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+keyColumns+" FROM keys WHERE team_id = ? ORDER BY created_at, id"), teamID)
+	return queryAll(ctx, s.db, s.q("SELECT "+keyColumns+" FROM keys WHERE team_id = ? ORDER BY created_at, id"), scanKey, teamID)
+}
+
+// queryAll runs a query and scans every row.
+func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Key
+	var out []T
 	for rows.Next() {
-		k, err := scanKey(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, k)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
@@ -476,19 +471,6 @@ func hasMetadata(have, want map[string]string) bool {
 }
 
 func (s *SQL) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+sandboxColumns+" FROM sandboxes WHERE state IN (?, ?) AND end_at <= ? ORDER BY end_at"),
-		string(StateRunning), string(StatePaused), ms(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sb)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, s.q("SELECT "+sandboxColumns+" FROM sandboxes WHERE state IN (?, ?) AND end_at <= ? ORDER BY end_at"),
+		scanSandbox, string(StateRunning), string(StatePaused), ms(now))
 }
