@@ -37,32 +37,59 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/files/compose" && r.Method == http.MethodPost:
 		h.compose(w, r)
-	case r.URL.Path == "/files" && r.Method == http.MethodGet:
+	case r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		// HEAD is GET without the body, as everywhere in net/http.
 		h.download(w, r)
 	case r.URL.Path == "/files" && r.Method == http.MethodPost:
 		h.upload(w, r)
-	default:
+	case r.URL.Path == "/files/compose":
+		w.Header().Set("Allow", "POST")
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+	case r.URL.Path == "/files":
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+	default:
+		writeError(w, http.StatusNotFound, "no such endpoint "+r.URL.Path)
 	}
 }
 
 // authorize checks the access token or the URL signature for operation
-// ("read" or "write") and resolves the user. It writes the error itself.
+// ("read" or "write") and resolves the user named by the username
+// parameter. It writes the error itself.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, bool) {
-	q := r.URL.Query()
-	username := q.Get("username")
-	if token := h.settings.AccessToken(); token != "" {
-		if got := r.Header.Get("X-Access-Token"); got != "" {
-			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				writeError(w, http.StatusUnauthorized, "invalid access token")
-				return nil, false
-			}
-		} else if err := h.checkSignature(q.Get("path"), operation, username, token, q.Get("signature"), q.Get("signature_expiration")); err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return nil, false
-		}
+	if !h.authenticate(w, r, operation) {
+		return nil, false
 	}
-	u, err := users.Resolve(username, h.settings.DefaultUser())
+	return h.user(w, r.URL.Query().Get("username"))
+}
+
+// authenticate accepts a request when no access token is configured, when
+// X-Access-Token carries it (a wrong header fails even with a good
+// signature), or when the URL's signature is valid and not expired.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, operation string) bool {
+	token := h.settings.AccessToken()
+	if token == "" {
+		return true
+	}
+	q := r.URL.Query()
+	if got := r.Header.Get("X-Access-Token"); got != "" {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			writeError(w, http.StatusUnauthorized, "invalid access token")
+			return false
+		}
+		return true
+	}
+	if err := h.checkSignature(q.Get("path"), operation, q.Get("username"), token, q.Get("signature"), q.Get("signature_expiration")); err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return false
+	}
+	return true
+}
+
+// user resolves name, or the default user when name is empty. An unknown
+// user is an authentication failure (401), as in infra's envd.
+func (h *Handler) user(w http.ResponseWriter, name string) (*users.User, bool) {
+	u, err := users.Resolve(name, h.settings.DefaultUser())
 	if err != nil {
 		if errors.Is(err, users.ErrUnknownUser) {
 			writeError(w, http.StatusUnauthorized, err.Error())

@@ -391,3 +391,44 @@ func BenchmarkUploadMultipart50MiB(b *testing.B) {
 		res.Body.Close()
 	}
 }
+
+// BenchmarkDownloadGzip50MiB measures the read({gzip: true}) path on
+// incompressible data, gzip's worst case; see responseEncoding.
+func BenchmarkDownloadGzip50MiB(b *testing.B) {
+	srv, dst := benchServer(b)
+	data := make([]byte, 50<<20)
+	rand.Read(data)
+	os.WriteFile(dst, data, 0o644)
+	b.SetBytes(int64(len(data)))
+	for i := 0; i < b.N; i++ {
+		req, _ := http.NewRequest("GET", srv.URL+"/files?path="+url.QueryEscape(dst), nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != 200 || res.Header.Get("Content-Encoding") != "gzip" {
+			b.Fatal(err, res)
+		}
+		zr, err := gzip.NewReader(res.Body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, _ := io.Copy(io.Discard, zr); n != int64(len(data)) {
+			b.Fatalf("%d bytes", n)
+		}
+		res.Body.Close()
+	}
+}
+
+func TestComposeIntoASourceIsRejected(t *testing.T) {
+	srv, _ := newServer(t, "")
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a")
+	os.WriteFile(a, []byte("keep"), 0o644)
+	body, _ := json.Marshal(composeRequest{SourcePaths: []string{a}, Destination: a})
+	r := do(t, "POST", srv.URL+"/files/compose", bytes.NewReader(body), map[string]string{"Content-Type": "application/json"})
+	if r.status != 400 {
+		t.Errorf("compose into its own source: %d %s", r.status, r.body)
+	}
+	if got, _ := os.ReadFile(a); string(got) != "keep" {
+		t.Errorf("source changed to %q", got)
+	}
+}
