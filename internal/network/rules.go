@@ -4,163 +4,136 @@ import (
 	"fmt"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
 )
 
-func (m *Manager) filterTable() *nftables.Table {
-	return &nftables.Table{Name: m.cfg.Prefix, Family: nftables.TableFamilyINet}
-}
-
-func (m *Manager) natTable() *nftables.Table {
-	return &nftables.Table{Name: m.cfg.Prefix + "_nat", Family: nftables.TableFamilyIPv4}
-}
-
-// installRules (re)creates Warren's tables in one atomic batch, so running
-// sandboxes are never left without their isolation rules.
+// installRules replaces Warren's tables in one atomic batch: a restarted
+// manager never leaves running sandboxes without rules, not even briefly.
+// The filters match slots by veth name prefix, so they hold for every slot,
+// present and future, and no rule changes per slot.
 func (m *Manager) installRules() error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
 	}
-	if err := m.deleteTables(c); err != nil {
+	if err := m.queueDeleteTables(c); err != nil {
 		return err
 	}
-	vethPrefix := []byte(m.cfg.Prefix + "v")
-
-	filter := c.AddTable(m.filterTable())
+	slots := []byte(m.cfg.Prefix + "v") // a veth name prefix match, like nft's "wrnv*"
 	accept := nftables.ChainPolicyAccept
-	input := c.AddChain(&nftables.Chain{
-		Name: "input", Table: filter, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept,
-	})
-	// Replies to connections the host opened into a sandbox are let in...
-	c.AddRule(&nftables.Rule{Table: filter, Chain: input, Exprs: concat(
-		ifname(expr.MetaKeyIIFNAME, vethPrefix),
-		establishedOrRelated(),
-		verdict(expr.VerdictAccept),
-	)})
-	// ...anything else a sandbox sends to the host itself is dropped.
-	c.AddRule(&nftables.Rule{Table: filter, Chain: input, Exprs: concat(
-		ifname(expr.MetaKeyIIFNAME, vethPrefix),
-		verdict(expr.VerdictDrop),
-	)})
-	forward := c.AddChain(&nftables.Chain{
-		Name: "forward", Table: filter, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept,
-	})
-	// Sandboxes never reach each other.
-	c.AddRule(&nftables.Rule{Table: filter, Chain: forward, Exprs: concat(
-		ifname(expr.MetaKeyIIFNAME, vethPrefix),
-		ifname(expr.MetaKeyOIFNAME, vethPrefix),
-		verdict(expr.VerdictDrop),
-	)})
 
-	nat := c.AddTable(m.natTable())
-	post := c.AddChain(&nftables.Chain{
-		Name: "postrouting", Table: nat, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
-	})
-	// Egress to anywhere outside the range leaves with the host's address.
+	filter := c.AddTable(&nftables.Table{Name: m.cfg.filterTable(), Family: nftables.TableFamilyINet})
+	chain := func(name string, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		return c.AddChain(&nftables.Chain{Name: name, Table: filter, Type: nftables.ChainTypeFilter,
+			Hooknum: hook, Priority: prio, Policy: &accept})
+	}
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: filter, Chain: ch, Exprs: concat(parts...)})
+	}
+
+	// Anti-spoofing, at raw priority so that conntrack never records a
+	// spoofed flow: a packet from a slot must come from an address routed
+	// back through that slot's veth, i.e. its own /30.
+	pre := chain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriorityRaw)
+	rule(pre, ifnamePrefix(expr.MetaKeyIIFNAME, slots), sourceNotRoutedBack(), countAndDrop())
+
+	// Sandboxes reach no host service, on any host address: only replies
+	// to connections the host opened (the platform dials into sandboxes),
+	// and ICMP errors about them, get in.
+	in := chain("input", nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ctEstablishedOrRelated(), verdict(expr.VerdictAccept))
+	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), countAndDrop())
+
+	// Sandboxes never reach each other, and slots are IPv4-only.
+	fwd := chain("forward", nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ifnamePrefix(expr.MetaKeyOIFNAME, slots), countAndDrop())
+	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), nfproto(nftables.TableFamilyIPv6), countAndDrop())
+
+	// Egress leaves with the host's address.
+	nat := c.AddTable(&nftables.Table{Name: m.cfg.natTable(), Family: nftables.TableFamilyIPv4})
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: nat, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	out := ifnameNotPrefix(expr.MetaKeyOIFNAME, slots) // with no uplink: any interface but a slot's
+	if m.uplink != "" {
+		out = ifnameExact(expr.MetaKeyOIFNAME, m.uplink)
+	}
 	c.AddRule(&nftables.Rule{Table: nat, Chain: post, Exprs: concat(
-		ipInRange(12, m.cfg.CIDR.Addr().AsSlice(), m.cfg.CIDR.Bits(), expr.CmpOpEq),
-		ipInRange(16, m.cfg.CIDR.Addr().AsSlice(), m.cfg.CIDR.Bits(), expr.CmpOpNeq),
+		ipv4Prefix(ipv4SourceOffset, m.cfg.CIDR, expr.CmpOpEq),
+		out,
 		[]expr.Any{&expr.Masq{}},
 	)})
+
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("network: installing nftables rules: %w", err)
+		return fmt.Errorf("network: installing nftables tables: %w", err)
 	}
 	return nil
 }
 
-// removeRules deletes Warren's tables.
+// removeRules deletes Warren's tables, if they exist.
 func (m *Manager) removeRules() error {
 	c, err := nftables.New()
 	if err != nil {
+		return fmt.Errorf("network: nftables: %w", err)
+	}
+	if err := m.queueDeleteTables(c); err != nil {
 		return err
 	}
-	if err := m.deleteTables(c); err != nil {
-		return err
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("network: removing nftables tables: %w", err)
 	}
-	return c.Flush()
+	return nil
 }
 
-// deleteTables queues the deletion of whichever of our tables exist.
-func (m *Manager) deleteTables(c *nftables.Conn) error {
+// queueDeleteTables adds the deletion of whichever of our tables exist to
+// c's batch. Tables are matched by name and family; others are not touched.
+func (m *Manager) queueDeleteTables(c *nftables.Conn) error {
 	tables, err := c.ListTables()
 	if err != nil {
 		return fmt.Errorf("network: listing nftables tables: %w", err)
 	}
-	for _, want := range []*nftables.Table{m.filterTable(), m.natTable()} {
-		for _, t := range tables {
-			if t.Name == want.Name && t.Family == want.Family {
-				c.DelTable(t)
-			}
+	for _, t := range tables {
+		if m.ownsTable(t) {
+			c.DelTable(t)
 		}
 	}
 	return nil
 }
 
-// tablesPresent reports which of our tables exist (for tests).
-func (m *Manager) tablesPresent() ([]string, error) {
-	c, err := nftables.New()
+func (m *Manager) ownsTable(t *nftables.Table) bool {
+	return (t.Family == nftables.TableFamilyINet && t.Name == m.cfg.filterTable()) ||
+		(t.Family == nftables.TableFamilyIPv4 && t.Name == m.cfg.natTable())
+}
+
+// defaultUplink returns the interface of the IPv4 default route with the
+// lowest metric, or "" when there is none.
+func defaultUplink(h *netlink.Handle) (string, error) {
+	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("network: listing routes: %w", err)
 	}
-	tables, err := c.ListTables()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, t := range tables {
-		if t.Name == m.filterTable().Name || t.Name == m.natTable().Name {
-			out = append(out, t.Name)
+	best, bestPrio := 0, -1
+	for _, r := range routes {
+		isDefault := r.Dst == nil || (r.Dst.IP.IsUnspecified() && r.Dst.Mask != nil && isZeroMask(r.Dst.Mask))
+		if isDefault && r.LinkIndex > 0 && (bestPrio < 0 || r.Priority < bestPrio) {
+			best, bestPrio = r.LinkIndex, r.Priority
 		}
 	}
-	return out, nil
+	if best == 0 {
+		return "", nil
+	}
+	link, err := h.LinkByIndex(best)
+	if err != nil {
+		return "", fmt.Errorf("network: default route interface: %w", err)
+	}
+	return link.Attrs().Name, nil
 }
 
-func concat(parts ...[]expr.Any) []expr.Any {
-	var out []expr.Any
-	for _, p := range parts {
-		out = append(out, p...)
+func isZeroMask(m []byte) bool {
+	for _, b := range m {
+		if b != 0 {
+			return false
+		}
 	}
-	return out
+	return true
 }
-
-// ifname matches interface names starting with prefix (nft's "name*"):
-// comparing fewer bytes than the register holds is a prefix match.
-func ifname(key expr.MetaKey, prefix []byte) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: prefix},
-	}
-}
-
-func establishedOrRelated() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{
-			SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0),
-		},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}
-}
-
-// ipInRange compares the IPv4 address at offset (12 source, 16
-// destination) of the network header with a prefix.
-func ipInRange(offset uint32, network []byte, bits int, op expr.CmpOp) []expr.Any {
-	mask := make([]byte, 4)
-	for i := 0; i < bits; i++ {
-		mask[i/8] |= 0x80 >> (i % 8)
-	}
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: op, Register: 1, Data: network},
-	}
-}
-
-func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

@@ -4,183 +4,162 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"runtime"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
-// create builds a new slot; on failure nothing of it is left. A namespace
-// that already exists under a slot's name (left by a crashed run that
-// Cleanup has not removed yet) is not ours to remove: its subnet stays
-// reserved and the next one is tried.
-func (m *Manager) create() (*Slot, error) {
-	for attempt := 0; ; attempt++ {
-		id, err := m.allocate()
-		if err != nil {
-			return nil, err
-		}
-		s := m.slot(id)
-		err = build(s)
-		if err == nil {
-			m.mu.Lock()
-			m.used[id] = s
-			m.mu.Unlock()
-			return s, nil
-		}
-		if errors.Is(err, os.ErrExist) && attempt < 8 {
-			continue
-		}
-		_ = m.teardown(s)
-		m.mu.Lock()
-		delete(m.used, id)
-		m.mu.Unlock()
-		return nil, fmt.Errorf("network: building slot %s: %w", s.Name, err)
-	}
+// Slot is one sandbox's network. Its fields are fixed by its ID.
+type Slot struct {
+	ID        int
+	Name      string // network namespace name
+	NetNSPath string // /var/run/netns/<Name>: what the OCI spec's network namespace path is set to
+	HostVeth  string // host end of the veth pair; eth0 is the end inside
+	HostIP    netip.Addr
+	SandboxIP netip.Addr
+	PrefixLen int
 }
 
-func build(s *Slot) error {
-	ns, err := newNamedNetns(s.NetNSPath)
+// testHook, when set (by tests only), runs after each step of a slot build;
+// an error from it fails the build there, to prove that nothing is left.
+var testHook func(step string) error
+
+func hook(step string) error {
+	if testHook == nil {
+		return nil
+	}
+	return testHook(step)
+}
+
+// build makes the slot's namespace and veth pair and configures both ends.
+// On error it removes what it made, and only that: a name that turned out
+// to be taken belongs to somebody else.
+func (m *Manager) build(s *Slot) (err error) {
+	ns, inside, err := newNamedNetns(s.NetNSPath)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
+	defer inside.Close()
+	vethMade := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if vethMade {
+			// The pair would also go with the namespace, but only
+			// asynchronously; the name must be free when we return.
+			if link, lerr := m.nl.LinkByName(s.HostVeth); lerr == nil {
+				_ = m.nl.LinkDel(link)
+			}
+		}
+		_ = deleteNamedNetns(s.NetNSPath)
+	}()
+	if err := hook("netns"); err != nil {
+		return err
+	}
+
+	// Created up, with its peer created straight inside the namespace:
+	// fewer round trips than adding, moving and raising separately.
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: s.HostVeth},
+		LinkAttrs:     netlink.LinkAttrs{Name: s.HostVeth, Flags: net.FlagUp},
 		PeerName:      "eth0",
 		PeerNamespace: netlink.NsFd(int(ns)),
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := m.nl.LinkAdd(veth); err != nil {
 		return fmt.Errorf("adding veth %s: %w", s.HostVeth, err)
 	}
-	host, err := netlink.LinkByName(s.HostVeth)
-	if err != nil {
+	vethMade = true
+	if err := hook("veth"); err != nil {
 		return err
 	}
-	if err := netlink.AddrAdd(host, addr(s.HostIP.AsSlice(), s.PrefixLen)); err != nil {
+	if err := m.nl.AddrAdd(veth, ipNet(s.HostIP, s.PrefixLen)); err != nil {
 		return fmt.Errorf("addressing %s: %w", s.HostVeth, err)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
+	if err := hook("host address"); err != nil {
 		return err
 	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
+	if err := configureInside(inside, s); err != nil {
 		return err
 	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return err
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return err
-	}
-	return configureEth0(h, s)
+	return hook("inside")
 }
 
-// configureEth0 gives eth0 the sandbox address and default route; existing
-// ones are kept, so it doubles as RestoreAddress.
-func configureEth0(h *netlink.Handle, s *Slot) error {
+// configureInside brings lo and eth0 up and gives eth0 the sandbox address
+// and the default route. Replace semantics make it idempotent, which
+// RestoreAddress relies on.
+func configureInside(h *netlink.Handle, s *Slot) error {
+	// lo is always ifindex 1 in a namespace; naming the index saves a lookup.
+	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: 1}}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("raising lo: %w", err)
+	}
 	eth0, err := h.LinkByName("eth0")
 	if err != nil {
-		return err
+		return fmt.Errorf("finding eth0: %w", err)
 	}
-	if err := h.AddrAdd(eth0, addr(s.SandboxIP.AsSlice(), s.PrefixLen)); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := h.AddrReplace(eth0, ipNet(s.SandboxIP, s.PrefixLen)); err != nil {
 		return fmt.Errorf("addressing eth0: %w", err)
 	}
 	if err := h.LinkSetUp(eth0); err != nil {
-		return err
+		return fmt.Errorf("raising eth0: %w", err)
 	}
-	route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: s.HostIP.AsSlice()}
-	if err := h.RouteAdd(route); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("default route: %w", err)
+	def := &netlink.Route{
+		LinkIndex: eth0.Attrs().Index,
+		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Gw:        s.HostIP.AsSlice(),
+	}
+	if err := h.RouteReplace(def); err != nil {
+		return fmt.Errorf("default route via %s: %w", s.HostIP, err)
 	}
 	return nil
 }
 
-// RestoreAddress puts eth0's address and default route back. gVisor moves
-// them into its own network stack, so before `runsc restore` into this
-// slot they must be re-added. Idempotent.
+// RestoreAddress puts eth0's address and the default route back and makes
+// sure lo and eth0 are up. gVisor (runsc --network=sandbox) moves the
+// address into its own network stack, so it has to be re-added before
+// `runsc restore` into this slot. Calling it on an intact slot changes
+// nothing.
 func (s *Slot) RestoreAddress() error {
 	ns, err := netns.GetFromPath(s.NetNSPath)
 	if err != nil {
 		return fmt.Errorf("network: opening %s: %w", s.NetNSPath, err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
-		return err
+		return fmt.Errorf("network: netlink in %s: %w", s.Name, err)
 	}
 	defer h.Close()
-	return configureEth0(h, s)
+	if err := configureInside(h, s); err != nil {
+		return fmt.Errorf("network: restoring %s: %w", s.Name, err)
+	}
+	return nil
 }
 
-func addr(ip net.IP, bits int) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, 32)}}
-}
-
-// teardown removes a slot's veth pair and namespace, whatever exists of them.
+// teardown removes whatever exists of a slot: the veth pair and the pinned
+// namespace. The caller marks the id dirty: conntrack may still hold flows
+// of the sandbox address (see flushDirty).
 func (m *Manager) teardown(s *Slot) error {
 	var errs []error
-	if link, err := netlink.LinkByName(s.HostVeth); err == nil {
-		// Deleting one end deletes the pair.
-		if err := netlink.LinkDel(link); err != nil {
+	if link, err := m.nl.LinkByName(s.HostVeth); err == nil {
+		// Deleting one end deletes the pair, synchronously, so the name
+		// and the /30's route are gone when we return, and a process that
+		// escaped the runtime's kill has no network left.
+		if err := m.nl.LinkDel(link); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", s.HostVeth, err))
 		}
+	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
+		errs = append(errs, fmt.Errorf("looking up %s: %w", s.HostVeth, err))
 	}
-	errs = append(errs, deleteNamedNetns(s.NetNSPath))
+	if err := deleteNamedNetns(s.NetNSPath); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-// newNamedNetns creates a network namespace and pins it at path. The
-// unshare happens on a throwaway OS thread: that thread ends up in the new
-// namespace and is discarded, so no goroutine ever runs in the wrong one.
-func newNamedNetns(path string) (netns.NsHandle, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return netns.None(), err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
-		return netns.None(), err
-	}
-	f.Close()
-	type result struct {
-		ns  netns.NsHandle
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Never unlocked: the runtime ends this thread when the goroutine exits.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{netns.None(), fmt.Errorf("unshare: %w", err)}
-			return
-		}
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-			done <- result{netns.None(), fmt.Errorf("pinning namespace at %s: %w", path, err)}
-			return
-		}
-		ns, err := netns.GetFromPath(path)
-		done <- result{ns, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		_ = deleteNamedNetns(path)
-	}
-	return r.ns, r.err
-}
-
-// deleteNamedNetns unpins and removes a namespace file; a missing one is fine.
-func deleteNamedNetns(path string) error {
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmounting %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
+func ipNet(ip netip.Addr, bits int) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(bits, 32)}}
 }

@@ -1,0 +1,128 @@
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+)
+
+// Config configures a Manager. Zero fields take the defaults.
+type Config struct {
+	// CIDR is the IPv4 range that slots' /30s are cut from.
+	// Default 10.11.0.0/16 (16384 slots).
+	CIDR netip.Prefix
+	// Prefix names everything the manager creates: namespaces
+	// "<prefix>-<id>", host veths "<prefix>v<id>", nftables tables
+	// "warren_<prefix>" and "warren_<prefix>_nat". Lower-case letters and
+	// digits, starting with a letter; short enough that the longest veth
+	// name fits IFNAMSIZ. Managers sharing a host need distinct prefixes,
+	// and none may begin with another's followed by "v" ("wrn", "wrnv1"),
+	// since rules match veths by name prefix. Default "wrn".
+	Prefix string
+	// PoolSize is how many ready slots the filler keeps. Default 4;
+	// negative: no pool, every Acquire builds its slot.
+	PoolSize int
+	// Uplink is the interface egress is masqueraded out of. Default: the
+	// interface of the host's IPv4 default route when New runs; with no
+	// default route, any interface that is not a slot's.
+	Uplink string
+}
+
+// Defaults.
+var DefaultCIDR = netip.MustParsePrefix("10.11.0.0/16")
+
+const (
+	DefaultPrefix   = "wrn"
+	DefaultPoolSize = 4
+
+	slotBits  = 30 // every slot gets a /30
+	ifNameMax = 15 // IFNAMSIZ less the terminating NUL
+)
+
+// normalize fills in defaults and checks that every name the
+// configuration can produce is valid.
+func (c Config) normalize() (Config, error) {
+	if !c.CIDR.IsValid() {
+		c.CIDR = DefaultCIDR
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	switch {
+	case c.PoolSize == 0:
+		c.PoolSize = DefaultPoolSize
+	case c.PoolSize < 0:
+		c.PoolSize = 0
+	}
+	if !c.CIDR.Addr().Is4() || c.CIDR.Bits() > slotBits {
+		return c, fmt.Errorf("network: range %s must be IPv4 and hold at least one /%d", c.CIDR, slotBits)
+	}
+	c.CIDR = c.CIDR.Masked()
+	if !validPrefix(c.Prefix) {
+		return c, fmt.Errorf("network: prefix %q must be lower-case letters and digits, starting with a letter", c.Prefix)
+	}
+	// The veth name is the longest one: prefix, "v", the largest id.
+	longest := len(c.Prefix) + 1 + len(strconv.Itoa(c.slotCount()-1))
+	if longest > ifNameMax {
+		return c, fmt.Errorf("network: prefix %q is too long for range %s: veth names would have %d characters, at most %d fit",
+			c.Prefix, c.CIDR, longest, ifNameMax)
+	}
+	if len(c.Uplink) > ifNameMax {
+		return c, fmt.Errorf("network: uplink %q is not an interface name", c.Uplink)
+	}
+	return c, nil
+}
+
+func validPrefix(p string) bool {
+	for i, r := range p {
+		letter := r >= 'a' && r <= 'z'
+		if !letter && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return p != ""
+}
+
+// slotCount is the number of /30s in the range.
+func (c Config) slotCount() int { return 1 << (slotBits - c.CIDR.Bits()) }
+
+func (c Config) nsName(id int) string   { return c.Prefix + "-" + strconv.Itoa(id) }
+func (c Config) vethName(id int) string { return c.Prefix + "v" + strconv.Itoa(id) }
+func (c Config) filterTable() string    { return "warren_" + c.Prefix }
+func (c Config) natTable() string       { return "warren_" + c.Prefix + "_nat" }
+
+// parseID returns the id in a name made by nsName or vethName (whichever
+// sep selects), rejecting anything this configuration could not have made.
+func (c Config) parseID(name, sep string) (int, bool) {
+	head := c.Prefix + sep
+	if len(name) <= len(head) || name[:len(head)] != head {
+		return 0, false
+	}
+	digits := name[len(head):]
+	id, err := strconv.Atoi(digits)
+	if err != nil || id < 0 || id >= c.slotCount() || strconv.Itoa(id) != digits {
+		return 0, false
+	}
+	return id, true
+}
+
+// slot describes the slot with the given id; it builds nothing.
+func (c Config) slot(id int) *Slot {
+	first := c.CIDR.Addr().As4()
+	n := uint32(first[0])<<24 | uint32(first[1])<<16 | uint32(first[2])<<8 | uint32(first[3])
+	n += uint32(id) << (32 - slotBits)
+	at := func(off uint32) netip.Addr {
+		v := n + off
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	name := c.nsName(id)
+	return &Slot{
+		ID:        id,
+		Name:      name,
+		NetNSPath: netnsDir + "/" + name,
+		HostVeth:  c.vethName(id),
+		HostIP:    at(1),
+		SandboxIP: at(2),
+		PrefixLen: slotBits,
+	}
+}

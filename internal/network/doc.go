@@ -1,0 +1,62 @@
+// Package network gives every sandbox a network of its own, called a slot,
+// and keeps sandboxes away from the host and from each other.
+//
+// # Terms
+//
+//   - Slot: one sandbox's network. It is a named network namespace, pinned
+//     by a bind mount at /var/run/netns/<prefix>-<id> as `ip netns add`
+//     does, so that OCI runtimes can join it by path; a veth pair whose host
+//     end <prefix>v<id> stays in the root namespace and whose other end is
+//     eth0 inside the slot; and the id-th /30 of the configured range. The
+//     host end has the /30's first usable address (HostIP), eth0 the second
+//     (SandboxIP); inside, lo is up and the default route points at HostIP.
+//   - Id: the index of a slot's /30 in the range. It alone determines the
+//     slot's names and addresses, so a restarted process can tell its own
+//     leftovers from anybody else's by name.
+//   - Pool: slots built ahead of time by a background filler, so a sandbox
+//     create takes a ready slot instead of paying for building one.
+//   - Leftover: a namespace or veth with this manager's prefix that the
+//     manager did not make, typically from a previous run that crashed.
+//     The allocator steps over them and Cleanup removes them.
+//   - Tables: Warren's nftables tables, "warren_<prefix>" (inet, filters)
+//     and "warren_<prefix>_nat" (ip, egress masquerade). Nothing else in
+//     the host's ruleset is read or changed.
+//
+// # Lifecycle
+//
+// New installs the tables (replacing ours from an earlier run in one atomic
+// batch, so running sandboxes are never unprotected) and starts the filler.
+//
+// A slot's states are:
+//
+//	free --> building --(filler)--> pooled --Acquire--> out --Release--> dirty --(flush)--> free
+//	         building --(Acquire, pool empty)---------> out
+//
+// Acquire takes a pooled slot when there is one and asks the filler for a
+// replacement; otherwise it builds one inline. Release tears a handed-out
+// slot down completely (veth pair, pin, namespace) before it returns: a
+// used namespace may carry whatever the sandbox did to it, so slots are
+// never recycled. The released /30 is "dirty" until conntrack has forgotten
+// its flows (see conntrack.go); it is reused only after that. A slot whose
+// build fails half-way is undone before the error is returned.
+//
+// Close stops the filler and tears down the pool. It removes the tables
+// too, unless slots of this manager are still out: sandboxes that outlive
+// the control plane (a restart) must stay isolated, and the next New
+// reinstalls the same rules anyway. Destroy always removes the tables.
+// Cleanup, meant for start-up after a crash, removes leftovers and slots
+// that the caller's known function does not claim; Adopt takes back a slot
+// that a still-running sandbox of the previous run uses.
+//
+// # Isolation
+//
+// Packets from a slot's veth that are addressed to the host itself (any of
+// its addresses) are dropped unless they answer a connection the host
+// opened: the platform dials into sandboxes, sandboxes never reach host
+// services. Packets from one slot to another are dropped, and so is IPv6
+// from slots (slots are IPv4-only). Packets whose source address does not
+// belong to the slot they came from are dropped before conntrack sees them,
+// so a sandbox can neither pose as another nor leak spoofed traffic. Other
+// traffic is forwarded and leaves through the uplink (the interface of the
+// default route) with its source masqueraded.
+package network

@@ -1,0 +1,99 @@
+package network
+
+import (
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+)
+
+// Small builders for the nftables expressions the rules use. Each returns
+// a match (load into register 1, compare) or a statement.
+
+// Offset of the source address in the IPv4 header.
+const ipv4SourceOffset = 12
+
+func concat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ifnamePrefix matches interface names starting with prefix: comparing
+// fewer bytes than the register holds is how nft expresses "name*".
+func ifnamePrefix(key expr.MetaKey, prefix []byte) []expr.Any {
+	return ifnameCmp(key, prefix, expr.CmpOpEq)
+}
+
+func ifnameNotPrefix(key expr.MetaKey, prefix []byte) []expr.Any {
+	return ifnameCmp(key, prefix, expr.CmpOpNeq)
+}
+
+// ifnameExact matches one name: the whole IFNAMSIZ register, NUL-padded.
+func ifnameExact(key expr.MetaKey, name string) []expr.Any {
+	padded := make([]byte, ifNameMax+1)
+	copy(padded, name)
+	return ifnameCmp(key, padded, expr.CmpOpEq)
+}
+
+func ifnameCmp(key expr.MetaKey, data []byte, op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: data},
+	}
+}
+
+// nfproto matches the packet's family inside an inet table.
+func nfproto(f nftables.TableFamily) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(f)}},
+	}
+}
+
+// ctEstablishedOrRelated is nft's "ct state established,related".
+func ctEstablishedOrRelated() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0),
+		},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// sourceNotRoutedBack is nft's "fib saddr . iif oif missing": the route
+// to the packet's source does not leave through the interface it came in.
+func sourceNotRoutedBack() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+// ipv4Prefix compares the IPv4 address at offset in the network header
+// with a prefix.
+func ipv4Prefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	mask := make([]byte, 4)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: p.Masked().Addr().AsSlice()},
+	}
+}
+
+// countAndDrop counts what it drops, so `nft list table` shows whether
+// sandboxes try.
+func countAndDrop() []expr.Any {
+	return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
