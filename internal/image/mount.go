@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // Rootfs is a sandbox's mounted root filesystem.
@@ -30,15 +26,31 @@ func (r *Rootfs) UpperDir() string { return r.upper }
 
 func (s *Store) sandboxDir(id string) string { return filepath.Join(s.dir, "sandboxes", id) }
 
-// Mount mounts a root filesystem for sandbox id: an overlay of layers
-// (directories, bottom first) under a writable layer limited to
-// diskSizeMB (0: no limit). On failure nothing of it is left.
+// Mount mounts a root filesystem for sandbox id at sandboxes/<id>/rootfs:
+// an overlay of layers (directories, BOTTOM FIRST, as in Template.Layers
+// and LayerDirs) under a writable layer limited to diskSizeMB.
+//
+// diskSizeMB > 0: the writable layer (overlay upper and work dirs) lives on
+// a file system of its own, a sparse ext4 image of that size on a loop
+// device, so the sandbox gets ENOSPC at the limit and the host's disk is
+// safe; this costs about 3 ms (copying a pre-formatted image, attaching
+// the loop device, mounting ext4). diskSizeMB == 0: no limit, the writable
+// layer is a plain directory on the host's file system (about 0.25 ms).
+// The package documentation has the details and measurements.
+//
+// On failure nothing of it is left.
 func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (_ *Rootfs, err error) {
 	if !idPattern.MatchString(id) {
 		return nil, fmt.Errorf("image: invalid sandbox id %q", id)
 	}
 	if len(layers) == 0 {
 		return nil, errors.New("image: a root filesystem needs at least one layer")
+	}
+	for _, l := range layers {
+		// overlayfs separates lower dirs with ':' and options with ','.
+		if !filepath.IsAbs(l) || strings.ContainsAny(l, ":,") {
+			return nil, fmt.Errorf("image: layer path %q must be absolute, without ':' or ','", l)
+		}
 	}
 	if diskSizeMB < 0 {
 		return nil, fmt.Errorf("image: diskSizeMB %d is negative", diskSizeMB)
@@ -59,7 +71,7 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 	writable := dir
 	if diskSizeMB > 0 {
 		writable = filepath.Join(dir, "disk")
-		if err := mountDisk(ctx, filepath.Join(dir, "disk.img"), writable, diskSizeMB); err != nil {
+		if err := s.mountDisk(ctx, filepath.Join(dir, "disk.img"), writable, diskSizeMB); err != nil {
 			return nil, err
 		}
 	}
@@ -81,25 +93,19 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 	return r, nil
 }
 
-// mountDisk creates a sparse ext4 image of sizeMB at img and mounts it at
-// target through an auto-clearing loop device, which the kernel detaches
-// when the file system is unmounted.
-func mountDisk(ctx context.Context, img, target string, sizeMB int) error {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+// mountDisk puts a fresh sparse ext4 image of sizeMB at img and mounts it
+// at target through an auto-clearing loop device, which the kernel
+// detaches when the file system is unmounted.
+func (s *Store) mountDisk(ctx context.Context, img, target string, sizeMB int) error {
+	tmpl, err := s.diskTemplate(ctx, sizeMB)
 	if err != nil {
 		return err
 	}
+	f, err := copySparse(tmpl, img)
+	if err != nil {
+		return fmt.Errorf("image: copying the disk image: %w", err)
+	}
 	defer f.Close()
-	if err := f.Truncate(int64(sizeMB) << 20); err != nil {
-		return err
-	}
-	// No journal (the disk dies with the sandbox), lazy init (only what is
-	// written takes space), no reserved blocks (the sandbox gets all of it).
-	mkfs := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img)
-	if out, err := mkfs.CombinedOutput(); err != nil {
-		return fmt.Errorf("image: mkfs.ext4: %v: %s", err, out)
-	}
 	loop, err := attachLoop(f)
 	if err != nil {
 		return err
@@ -108,106 +114,71 @@ func mountDisk(ctx context.Context, img, target string, sizeMB int) error {
 	if err := os.Mkdir(target, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOATIME, ""); err != nil {
+	// noinit_itable: the kernel would otherwise zero the inode tables in
+	// the background, writing to (and un-sparsing) every sandbox's image.
+	// The group descriptors already mark them unused, so it is not needed.
+	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOATIME, "noinit_itable"); err != nil {
 		return fmt.Errorf("image: mounting %s: %w", loop.Name(), err)
 	}
 	return nil
 }
 
-// attachLoop binds a free loop device to f with autoclear set. The caller
-// closes the returned device once it is mounted (or to give it up).
-func attachLoop(f *os.File) (*os.File, error) {
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer ctl.Close()
-	for attempt := 0; attempt < 10; attempt++ {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			return nil, fmt.Errorf("image: finding a free loop device: %w", err)
-		}
-		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR, 0)
-		if err != nil {
-			return nil, err
-		}
-		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		copy(cfg.Info.File_name[:], f.Name())
-		err = unix.IoctlLoopConfigure(int(dev.Fd()), cfg)
-		if err == nil {
-			return dev, nil
-		}
-		dev.Close()
-		if !errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("image: configuring loop device: %w", err)
-		}
-		// Another process took it between GET_FREE and CONFIGURE: retry.
-	}
-	return nil, errors.New("image: no free loop device after 10 attempts")
-}
+// Unmount removes the overlay, the disk image and its loop device, and the
+// sandbox's directory. It is safe to call again after a partial failure.
+func (r *Rootfs) Unmount() error { return removeSandbox(r.dir) }
 
-// Unmount removes the overlay, the disk image and the sandbox's directory.
-// It is safe to call again after a partial failure.
-func (r *Rootfs) Unmount() error {
-	if err := unmountBelow(r.dir); err != nil {
-		return err
-	}
-	return os.RemoveAll(r.dir)
-}
-
-// Cleanup removes the root filesystems of sandboxes that known does not
-// recognise: what a crashed previous run left behind.
-func (s *Store) Cleanup(known func(id string) bool) error {
-	entries, err := os.ReadDir(filepath.Join(s.dir, "sandboxes"))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		if known != nil && known(e.Name()) {
-			continue
-		}
-		r := &Rootfs{dir: s.sandboxDir(e.Name())}
-		errs = append(errs, r.Unmount())
-	}
-	return errors.Join(errs...)
-}
-
-// unmountBelow unmounts every mount point at or below dir, deepest first.
-func unmountBelow(dir string) error {
-	mounts, err := mountPoints()
-	if err != nil {
-		return err
-	}
-	var below []string
-	for _, m := range mounts {
-		if m == dir || strings.HasPrefix(m, dir+"/") {
-			below = append(below, m)
+// removeSandbox unmounts the overlay, then the disk under it, then
+// anything else below dir, and removes dir. It never removes files through
+// a mount that is still there.
+func removeSandbox(dir string) error {
+	shutDownDisk(filepath.Join(dir, "disk"))
+	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk")} {
+		if err := unmount(m); err != nil {
+			return err
 		}
 	}
-	sort.Slice(below, func(i, j int) bool { return len(below[i]) > len(below[j]) })
-	for _, m := range below {
-		if err := unix.Unmount(m, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			// Busy (a process still has it open): detach it lazily so the
-			// directory can go; the kernel frees it when the last user ends.
-			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("image: unmounting %s: %w", m, err)
-			}
-		}
+	if err := removeTree(dir); err != nil {
+		return fmt.Errorf("image: removing %s: %w", dir, err)
 	}
 	return nil
 }
 
-// mountPoints lists the mount points of this mount namespace.
-func mountPoints() ([]string, error) {
-	mounts, err := mountinfo.Read()
+// ext4 ioctl and flag (linux/ext4.h) that stop all I/O to a file system,
+// dropping what is not yet written; and the loop devices' major number.
+const (
+	ext4IocShutdown     = 0x8004587d // _IOR('X', 125, __u32)
+	ext4GoingNoLogFlush = 2
+	loopMajor           = 7
+)
+
+// shutDownDisk tells the sandbox's own ext4, about to be deleted, to drop
+// its dirty data instead of writing it back on unmount: after a sandbox
+// wrote 200 MB, Unmount takes 18 ms instead of 350–390 ms. It is best
+// effort, and guarded: the ioctl goes only to a file system on a loop
+// device mounted at dir (never, say, to the host's root file system when
+// the disk is not mounted and dir is a plain directory).
+func shutDownDisk(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return
 	}
-	out := make([]string, len(mounts))
-	for i, m := range mounts {
-		out[i] = m.MountPoint
+	defer unix.Close(fd)
+	if isLoopExt4Root(fd, dir) {
+		_ = unix.IoctlSetPointerInt(fd, ext4IocShutdown, ext4GoingNoLogFlush)
 	}
-	return out, nil
+}
+
+// isLoopExt4Root tells whether fd, opened on dir, is the root of an ext4
+// file system on a loop device: a different device than dir's parent
+// (so dir is a mount point), with the loop major number.
+func isLoopExt4Root(fd int, dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	if unix.Major(st.Dev) != loopMajor || st.Dev == parent.Dev {
+		return false
+	}
+	var fs unix.Statfs_t
+	return unix.Fstatfs(fd, &fs) == nil && fs.Type == unix.EXT4_SUPER_MAGIC
 }

@@ -3,24 +3,58 @@
 //
 // On-disk layout, under the data directory (default /var/lib/warren):
 //
-//	layers/<layerID>/        a read-only directory tree: one layer
-//	templates/<id>.json      a template: its layers (bottom first) and the
-//	                         defaults of its sandboxes (user, workdir, envs,
-//	                         start and ready commands)
-//	sandboxes/<sandboxID>/   one sandbox's root filesystem while it exists:
-//	  disk.img               sparse ext4 image of diskSizeMB, loop-mounted
-//	  disk/upper, disk/work  the overlay's writable layer, on that image
-//	  rootfs/                the overlay mount: layers + writable layer
+//	layers/<layerID>/             a read-only directory tree: one layer
+//	layers/.build-<templateID>/   a layer being built; never used, removed
+//	                              by the next build or by Cleanup
+//	.<templateID>.lock            flock held while that template is built
+//	templates/<templateID>.json   a template: its layer IDs (bottom first),
+//	                              the defaults of its sandboxes (user,
+//	                              workdir, envs, start and ready commands)
+//	                              and, if built in, the recipe that made it
+//	disks/ext4-<MB>M-<v>.img      a freshly formatted sparse ext4 image of
+//	                              each disk size in use, copied per sandbox
+//	sandboxes/<sandboxID>/        a sandbox's root filesystem while it exists:
+//	  disk.img                    its sparse ext4 image of diskSizeMB
+//	  disk/upper, disk/work       the overlay's writable layer, on that image
+//	                              (upper/, work/ directly when no limit)
+//	  rootfs/                     the overlay mount: the container's root
 //
-// A layer is written once, under a temporary name, and renamed into place
-// when complete, so a half-written layer is never mistaken for a finished
-// one. Layers are shared by every sandbox and template that uses them.
+// Lifecycle. A layer is built under layers/.build-<templateID> and renamed
+// into place when complete: the rename is the commit, so an interrupted
+// build never looks complete, and a layer dir that exists is whole. The
+// template that names it is written (atomically) after the rename; a crash
+// between the two only means the next call writes it. A built-in template
+// records its recipe, and its layer ID includes it, so a changed recipe
+// builds a new layer beside the old one, which sandboxes still running on
+// it keep using. EnsureBase does this for the built-in `base` template
+// (Debian 12 by debootstrap), serialised between processes by the lock
+// file. Layers are shared, read-only, by every sandbox and template that
+// uses them.
+//
+// A sandbox's root filesystem is made by Mount and removed by
+// (*Rootfs).Unmount; Cleanup removes those a crashed run left behind.
 //
 // diskSizeMB is enforced by giving each sandbox's writable layer its own
-// file system: a sparse file of that size, formatted ext4 and attached to
-// a loop device. Writes past the size fail with ENOSPC inside the sandbox
-// and cannot fill the host's disk. Space is only taken for what is written;
-// formatting and mounting cost a few milliseconds (see BenchmarkMount).
+// file system: a sparse file of that size holding ext4 (no journal, no
+// resize inode, no reserved blocks), attached to a loop device
+// (LOOP_CTL_GET_FREE + LOOP_CONFIGURE ioctls, no exec; auto-clear, so the
+// kernel detaches it when the file system goes) and mounted; overlayfs
+// puts its upper and work dirs there. Writes past the size fail with
+// ENOSPC inside the sandbox and cannot fill the host's disk, and only what
+// is written takes host space. The host root is ext4 without project
+// quotas, so a quota on a plain directory is not an option.
+//
+// Cost, measured on the project's 2-vCPU machine (BenchmarkMountOverlay,
+// BenchmarkDiskImage, BenchmarkUnmountDirty): running mkfs.ext4 per
+// sandbox takes 4–6 ms (mostly its fork and exec), so each size is
+// formatted once into disks/ and copied extent by extent (SEEK_DATA/
+// SEEK_HOLE + copy_file_range, 0.1–0.3 ms: a fresh image holds about
+// 230 KB of data whatever its size). Mount then takes 2.5–3.3 ms with a
+// limit (loop attach and the ext4 mount are most of it) against 0.2–0.3 ms
+// without; Unmount 4–5 ms against 1.5 ms. Unmount first shuts the sandbox's
+// ext4 down (EXT4_IOC_SHUTDOWN) so that data still dirty in memory is
+// dropped, not written back to a file about to be deleted: after 200 MB of
+// writes it takes 18 ms instead of 350–390 ms.
 package image
 
 import (
@@ -59,7 +93,7 @@ func Open(dataDir string) (*Store, error) {
 	if !filepath.IsAbs(dataDir) {
 		return nil, fmt.Errorf("image: data dir %q is not absolute", dataDir)
 	}
-	for _, d := range []string{"layers", "templates", "sandboxes"} {
+	for _, d := range []string{"layers", "templates", "disks", "sandboxes"} {
 		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o755); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,130 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkMountOverlay times Mount (Unmount is timed separately) with no
+// disk limit and with limits of several sizes.
+//
+//	go test -run '^$' -bench . -benchtime 200x ./internal/image
+func BenchmarkMountOverlay(b *testing.B) {
+	s, layer := tinyStore(b)
+	for _, mb := range []int{0, 64, 1024, 10240} {
+		name := "nolimit"
+		if mb > 0 {
+			name = fmt.Sprintf("limit%dMB", mb)
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			// The first Mount of a size formats its image; later ones copy it.
+			r, err := s.Mount(ctx, "warm", []string{layer}, mb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Unmount()
+			b.Run("mount", func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					r, err := s.Mount(ctx, "bench", []string{layer}, mb)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if err := r.Unmount(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			})
+			b.Run("unmount", func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					r, err := s.Mount(ctx, "bench", []string{layer}, mb)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					if err := r.Unmount(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkDiskImage compares the two ways to get a fresh ext4 image:
+// running mkfs.ext4, and copying a pre-formatted one (what Mount does).
+func BenchmarkDiskImage(b *testing.B) {
+	needRoot(b)
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, mb := range []int{64, 1024, 10240} {
+		b.Run(fmt.Sprintf("mkfs/%dMB", mb), func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				p := filepath.Join(dir, fmt.Sprint(i))
+				if err := os.WriteFile(p, nil, 0o600); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.Truncate(p, int64(mb)<<20); err != nil {
+					b.Fatal(err)
+				}
+				if err := formatDisk(ctx, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		tmpl, err := s.diskTemplate(ctx, mb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("copy/%dMB", mb), func(b *testing.B) {
+			dir := b.TempDir()
+			for i := 0; i < b.N; i++ {
+				f, err := copySparse(tmpl, filepath.Join(dir, fmt.Sprint(i)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkUnmountDirty times Unmount of a sandbox that has just written
+// 200 MB (still dirty in the page cache): the disk is shut down rather
+// than written back.
+func BenchmarkUnmountDirty(b *testing.B) {
+	s, layer := tinyStore(b)
+	ctx := context.Background()
+	buf := make([]byte, 1<<20)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		r, err := s.Mount(ctx, "dirty", []string{layer}, 1024)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(r.Dir(), "big"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := 0; j < 200; j++ {
+			if _, err := f.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f.Close()
+		b.StartTimer()
+		if err := r.Unmount(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

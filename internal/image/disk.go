@@ -1,0 +1,151 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// diskFormat names the mkfs options in formatDisk; change it with them so
+// that images formatted the old way are not reused.
+const diskFormat = "v2"
+
+// diskTemplate returns a formatted, empty, sparse ext4 image of sizeMB in
+// disks/, formatting it the first time a size is asked for. Concurrent
+// first calls may both format; each renames a complete image into place,
+// so a reader only ever sees a whole one.
+func (s *Store) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
+	p := filepath.Join(s.dir, "disks", fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*.img")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	err = f.Truncate(int64(sizeMB) << 20)
+	f.Close()
+	if err == nil {
+		err = formatDisk(ctx, tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return p, nil
+}
+
+// formatDisk makes an ext4 file system on img: no journal (the disk dies
+// with its sandbox, so crash consistency buys nothing), lazy init (only
+// metadata that is used gets written: the file stays sparse), no reserved
+// blocks (the sandbox gets all of its size), no discard (nothing to
+// discard in a new sparse file).
+func formatDisk(ctx context.Context, img string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := commandOutput(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img)
+	if err != nil {
+		return fmt.Errorf("image: mkfs.ext4: %v: %s", err, out)
+	}
+	return nil
+}
+
+// copySparse creates dst (it must not exist) as a copy of src that has
+// holes where src has them: only src's data extents are copied (by
+// copy_file_range, through io.Copy). It returns dst open for reading and
+// writing.
+func copySparse(src, dst string) (_ *os.File, err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			out.Close()
+		}
+	}()
+	if err := out.Truncate(fi.Size()); err != nil {
+		return nil, err
+	}
+	for off := int64(0); off < fi.Size(); {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // only a hole is left
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := in.Seek(data, io.SeekStart); err != nil {
+			return nil, err
+		}
+		if _, err := out.Seek(data, io.SeekStart); err != nil {
+			return nil, err
+		}
+		// *os.File to *os.File through a LimitedReader: copy_file_range.
+		if _, err := io.Copy(out, io.LimitReader(in, hole-data)); err != nil {
+			return nil, err
+		}
+		off = hole
+	}
+	return out, nil
+}
+
+// attachLoop binds a free loop device to f with autoclear set: the kernel
+// detaches it when the last user goes (the file system mounted on it, or
+// the returned file if nothing is mounted). The ioctls avoid a fork and
+// exec of losetup. The caller closes the returned device once it is
+// mounted (or to give it up).
+func attachLoop(f *os.File) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.Close()
+	for attempt := 0; attempt < 10; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("image: finding a free loop device: %w", err)
+		}
+		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], f.Name())
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), cfg)
+		if err == nil {
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("image: configuring loop device: %w", err)
+		}
+		// Another process took it between GET_FREE and CONFIGURE: retry.
+	}
+	return nil, errors.New("image: no free loop device after 10 attempts")
+}
