@@ -31,6 +31,17 @@ apt_install bash coreutils procps iproute2 ca-certificates
 # `warren setup`), and busybox for the runtime tests' minimal root filesystem.
 apt_install runc busybox-static
 
+# The SDK tests need Node ^20.19 or >= 22.12 (the engines of e2b 2.51.0 and
+# vite 7) with npm. Debian 12's own nodejs is 18, too old, so this only checks.
+node_ok=$(node -e '
+  const [a, b] = process.versions.node.split(".").map(Number)
+  console.log((a === 20 && b >= 19) || (a === 22 && b >= 12) || a > 22 ? 1 : 0)' 2>/dev/null || echo 0)
+if [ "$node_ok" != 1 ] || ! command -v npm >/dev/null; then
+  echo "install-deps: the SDK tests need Node ^20.19 or >= 22.12 with npm (found: $(node --version 2>/dev/null || echo none));" \
+    "install it e.g. from https://deb.nodesource.com" >&2
+  exit 1
+fi
+
 # The SDK's default user inside a sandbox is `user`; envd runs directly on
 # this host in the SDK tests (debug mode), so the account must exist here.
 if ! id -u user >/dev/null 2>&1; then

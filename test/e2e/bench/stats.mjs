@@ -7,15 +7,16 @@ export function percentile(sorted, p) {
 }
 
 // measure runs fn n times (after warmup runs) within a time budget and
-// returns the sorted durations in milliseconds.
-export async function measure(fn, { n, warmup = 5, budgetMs = 60_000 }) {
-  for (let i = 0; i < warmup; i++) await fn()
-  const out = []
+// returns the sorted durations in milliseconds. With sample: true, fn
+// measures itself and returns the duration.
+export async function measure(fn, { n, warmup = 5, budgetMs = 60_000, sample = false }) {
   const deadline = Date.now() + budgetMs
+  for (let i = 0; i < warmup && Date.now() < deadline; i++) await fn()
+  const out = []
   for (let i = 0; i < n && Date.now() < deadline; i++) {
-    const t0 = process.hrtime.bigint()
-    await fn()
-    out.push(Number(process.hrtime.bigint() - t0) / 1e6)
+    const t0 = performance.now()
+    const v = await fn()
+    out.push(sample ? v : performance.now() - t0)
   }
   return out.sort((a, b) => a - b)
 }
