@@ -127,6 +127,8 @@ func acquire(t testing.TB, m *Manager) *Slot {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Released even when the test stops early; a second Release is harmless.
+	t.Cleanup(func() { m.Release(s) })
 	return s
 }
 
@@ -204,6 +206,25 @@ func dial(addr string, from netip.Addr) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// reachTimeout bounds connection attempts that are expected to succeed.
+// The first packet to a fresh address waits for ARP, and a neighbour entry
+// left unresolved by an earlier probe of the same address is retried only
+// once a second, so these retry for a few seconds instead of failing.
+const reachTimeout = 4 * time.Second
+
+// dialReachable is dial for a peer that must answer: it retries until
+// reachTimeout.
+func dialReachable(addr string, from netip.Addr) (string, error) {
+	deadline := time.Now().Add(reachTimeout)
+	for {
+		saw, err := dial(addr, from)
+		if err == nil || time.Now().After(deadline) {
+			return saw, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func hostPort(ip netip.Addr, port int) string {

@@ -96,7 +96,7 @@ func TestReachabilityAndIsolation(t *testing.T) {
 		slot *Slot
 		port int
 	}{{a, portA}, {b, portB}} {
-		if _, err := dial(hostPort(s.slot.SandboxIP, s.port), netip.Addr{}); err != nil {
+		if _, err := dialReachable(hostPort(s.slot.SandboxIP, s.port), netip.Addr{}); err != nil {
 			t.Errorf("host → %s: %v", s.slot.Name, err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestReachabilityAndIsolation(t *testing.T) {
 			}
 		}
 		// A sandbox talks to itself over loopback (envd and user code do).
-		if _, err := dial(hostPort(netip.MustParseAddr("127.0.0.1"), portA), netip.Addr{}); err != nil {
+		if _, err := dialReachable(hostPort(netip.MustParseAddr("127.0.0.1"), portA), netip.Addr{}); err != nil {
 			t.Errorf("sandbox loopback: %v", err)
 		}
 		// Host services: on the slot's gateway, on the host's other
@@ -123,7 +123,7 @@ func TestReachabilityAndIsolation(t *testing.T) {
 		mustFail("another sandbox", hostPort(b.SandboxIP, portB), netip.Addr{})
 
 		// The outside, through NAT: the far end sees the host's address.
-		saw, err := dial(hostPort(upFarIP, portUp), netip.Addr{})
+		saw, err := dialReachable(hostPort(upFarIP, portUp), netip.Addr{})
 		if err != nil {
 			t.Errorf("sandbox → outside: %v", err)
 		} else if saw != upHostIP.String() {

@@ -206,7 +206,7 @@ func TestRestoreAddress(t *testing.T) {
 	}
 	var port int
 	inNetns(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
-	if _, err := dial(hostPort(s.SandboxIP, port), netip.Addr{}); err != nil {
+	if _, err := dialReachable(hostPort(s.SandboxIP, port), netip.Addr{}); err != nil {
 		t.Errorf("host → sandbox after restore: %v", err)
 	}
 }
@@ -256,7 +256,13 @@ func TestReusedAddressInheritsNoFlows(t *testing.T) {
 	s := acquire(t, m)
 	var port int
 	inNetns(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
-	conn, err := net.DialTimeout("tcp4", hostPort(s.SandboxIP, port), probeTimeout)
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(reachTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err = net.DialTimeout("tcp4", hostPort(s.SandboxIP, port), probeTimeout); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
