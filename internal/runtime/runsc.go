@@ -211,9 +211,33 @@ func (r *Runsc) Checkpoint(ctx context.Context, id, imageDir string, leaveRunnin
 	args := append(r.global(id), "checkpoint", "--image-path", imageDir)
 	if leaveRunning {
 		args = append(args, "--leave-running")
+		_, err := r.cli.run(ctx, id, call{args: append(args, rid(id))})
+		return err
 	}
-	_, err := r.cli.run(ctx, id, call{args: append(args, rid(id))})
-	return err
+	// Without --leave-running the sentry exits after the image is written,
+	// but runsc returns before it has: wait for it, so that the sandbox is
+	// stopped when Checkpoint returns, as the interface promises.
+	st, err := r.sandboxState(ctx, id)
+	if err != nil {
+		return err
+	}
+	w, alive, err := watchPid(st.Pid)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	if _, err := r.cli.run(ctx, id, call{args: append(args, rid(id))}); err != nil {
+		return err
+	}
+	if !alive {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
+	defer cancel()
+	if err := w.wait(wctx); err != nil {
+		return fmt.Errorf("runsc checkpoint %s: waiting for the sandbox to stop: %w", id, err)
+	}
+	return nil
 }
 
 // Kill implements Runtime. The sentry is the sandbox: SIGKILL to the
