@@ -147,3 +147,11 @@ func (b *base) cleanup(ctx context.Context, id string) error {
 func notFound(backend, op, id string) error {
 	return fmt.Errorf("%s %s %s: %w", backend, op, id, ErrNotFound)
 }
+
+// undo removes a sandbox whose start or restore failed half-way, even when
+// the caller's context is already done.
+func undo(rt Runtime, timeout time.Duration, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = rt.Delete(ctx, id)
+}

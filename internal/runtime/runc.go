@@ -92,17 +92,10 @@ func (r *Runc) Start(ctx context.Context, spec Spec) error {
 	// envd's output lands in envd.log and nothing ties envd to us.
 	args := append(r.global(spec.ID), "run", "--detach", "--bundle", r.sandboxDir(spec.ID), spec.ID)
 	if _, err := r.cli.run(ctx, spec.ID, call{args: args, stdio: logf, errLog: r.errLog(spec.ID)}); err != nil {
-		r.undo(spec.ID)
+		undo(r, r.cfg.CommandTimeout, spec.ID)
 		return err
 	}
 	return nil
-}
-
-// undo removes a sandbox whose start failed half-way.
-func (r *Runc) undo(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CommandTimeout)
-	defer cancel()
-	_ = r.Delete(ctx, id)
 }
 
 // Pause implements Runtime.
@@ -270,7 +263,7 @@ func (r *Runc) Restore(ctx context.Context, spec Spec, imageDir string) error {
 	args := append(r.global(spec.ID), "--criu", r.criu, "restore", "--detach",
 		"--image-path", imageDir, "--work-path", work, "--bundle", r.sandboxDir(spec.ID), spec.ID)
 	if _, err := r.cli.run(ctx, spec.ID, call{args: args, stdio: logf, errLog: r.errLog(spec.ID)}); err != nil {
-		r.undo(spec.ID)
+		undo(r, r.cfg.CommandTimeout, spec.ID)
 		return err
 	}
 	return nil

@@ -164,16 +164,10 @@ func (r *Runsc) boot(ctx context.Context, spec Spec, cmd string, extra ...string
 	args := append(r.global(spec.ID), cmd, "--detach", "--bundle", r.sandboxDir(spec.ID))
 	args = append(append(args, extra...), rid(spec.ID))
 	if _, err := r.cli.run(ctx, spec.ID, call{args: args, stdio: logf, errLog: r.errLog(spec.ID)}); err != nil {
-		r.undo(spec.ID)
+		undo(r, r.cfg.CommandTimeout, spec.ID)
 		return err
 	}
 	return nil
-}
-
-func (r *Runsc) undo(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CommandTimeout)
-	defer cancel()
-	_ = r.Delete(ctx, id)
 }
 
 // Pause implements Runtime.
