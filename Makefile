@@ -49,11 +49,11 @@ test-e2e: build
 bench: deps build setup
 	scripts/bench.sh
 
-# Until the platform API lands (`warren serve`), `make run` starts what
-# exists: envd on localhost:49983, which the E2B SDK uses in debug mode.
+# Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002) and
+# prints the exports the E2B SDK needs. Ctrl-C stops it; sandboxes keep
+# running and the next start adopts them.
 run: deps build setup
-	@echo "envd on localhost:49983. Use it from the E2B SDK with: export E2B_DEBUG=true"
-	$(BIN)/envd --addr 127.0.0.1:49983,[::1]:49983 --user user
+	$(BIN)/warren serve
 
 clean:
 	rm -rf $(BIN)

@@ -35,7 +35,9 @@ func main() {
 		fmt.Println(envd.Version)
 		return
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// One JSON object per line: the platform parses envd.log into E2B's
+	// SandboxLogEntry records (time, level, msg, the rest as fields).
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	token := os.Getenv(tokenEnv)
 	os.Unsetenv(tokenEnv)
 	if err := run(*addr, settings.New(*user, *workdir, token), log); err != nil {
@@ -51,6 +53,7 @@ func run(addr string, s *settings.Settings, log *slog.Logger) error {
 	}
 	srv := envd.New(s, r, log)
 	defer srv.Close()
+	srv.Processes().SetLogger(log)
 
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 	addrs := strings.Split(addr, ",")

@@ -18,6 +18,7 @@ const usage = `usage: warren <command> [flags]
 
 commands:
   setup     install the runtimes and the base template (idempotent)
+  serve     run the platform: API, sandbox manager and sandbox proxy
   keys      manage API keys and access tokens: keys create|list|revoke
   version   print the version
 `
@@ -33,6 +34,8 @@ func main() {
 	switch os.Args[1] {
 	case "setup":
 		err = runSetup(ctx, os.Args[2:])
+	case "serve":
+		err = runServe(ctx, os.Args[2:])
 	case "keys":
 		err = runKeys(ctx, os.Args[2:])
 	case "version":

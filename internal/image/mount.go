@@ -182,3 +182,27 @@ func isLoopExt4Root(fd int, dir string) bool {
 	var fs unix.Statfs_t
 	return unix.Fstatfs(fd, &fs) == nil && fs.Type == unix.EXT4_SUPER_MAGIC
 }
+
+// Adopt returns the root filesystem a previous run of warren mounted for
+// sandbox id, which is still in use, so that it can be unmounted later. It
+// reports false if there is none (no overlay mounted at its rootfs).
+func (s *Store) Adopt(id string) (*Rootfs, bool) {
+	if !idPattern.MatchString(id) {
+		return nil, false
+	}
+	dir := s.sandboxDir(id)
+	r := &Rootfs{dir: dir, merged: filepath.Join(dir, "rootfs"), upper: filepath.Join(dir, "upper")}
+	if _, err := os.Stat(filepath.Join(dir, "disk", "upper")); err == nil {
+		r.upper = filepath.Join(dir, "disk", "upper")
+	}
+	mounts, err := mountsBelow(dir)
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range mounts {
+		if m == r.merged {
+			return r, true
+		}
+	}
+	return nil, false
+}

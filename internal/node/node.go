@@ -47,6 +47,9 @@ type RootfsMounter interface {
 	Mount(ctx context.Context, sandboxID string, layers []string, diskSizeMB int) (Rootfs, error)
 	// Cleanup removes the root filesystems of sandboxes keep rejects.
 	Cleanup(keep func(sandboxID string) bool) error
+	// Adopt finds the root filesystem a previous run mounted for a
+	// sandbox that is still running.
+	Adopt(sandboxID string) (Rootfs, bool)
 }
 
 // Config wires a Node to its resources.
@@ -204,6 +207,28 @@ func (n *Node) release(ctx context.Context, sb *Sandbox) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Adopt takes over a sandbox a previous run of the caller started and
+// that still runs: its container, root filesystem and network slot (named
+// slotName). Call it after Cleanup, with the sandbox in keep.
+func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Sandbox, error) {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("node: sandbox %s: %w", id, err)
+	}
+	if st != runtime.StateRunning && st != runtime.StatePaused {
+		return nil, fmt.Errorf("node: sandbox %s is %s", id, st)
+	}
+	sb := &Sandbox{ID: id}
+	var ok bool
+	if sb.Rootfs, ok = n.cfg.Rootfs.Adopt(id); !ok {
+		return nil, fmt.Errorf("node: sandbox %s has no root filesystem", id)
+	}
+	if sb.Slot, ok = n.cfg.Network.Adopt(slotName); !ok {
+		return nil, fmt.Errorf("node: sandbox %s: network slot %s is gone", id, slotName)
+	}
+	return sb, nil
 }
 
 // Pause freezes a sandbox; Resume thaws it.

@@ -101,7 +101,7 @@ func testNode(t testing.TB, runtimeName string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: storeMounter{fixture.store}, EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: ImageRootfs(fixture.store), EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,19 +111,6 @@ func testNode(t testing.TB, runtimeName string) *Node {
 		}
 	})
 	return n
-}
-
-// storeMounter adapts image.Store to RootfsMounter.
-type storeMounter struct{ s *image.Store }
-
-func (m storeMounter) Cleanup(keep func(string) bool) error { return m.s.Cleanup(keep) }
-
-func (m storeMounter) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (Rootfs, error) {
-	r, err := m.s.Mount(ctx, id, layers, diskSizeMB)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 func baseRequest(t testing.TB, id string) CreateRequest {

@@ -45,6 +45,7 @@ func newBase(name string, cfg Config) (*base, error) {
 
 func (b *base) rootDir() string             { return filepath.Join(b.cfg.StateDir, "state") }
 func (b *base) sandboxDir(id string) string { return filepath.Join(b.cfg.StateDir, "sandboxes", id) }
+func (b *base) LogPath(id string) string    { return filepath.Join(b.sandboxDir(id), "envd.log") }
 func (b *base) errLog(id string) string     { return filepath.Join(b.sandboxDir(id), "runtime.log") }
 func (b *base) cgroupPath(id string) string { return cgroupPath(&b.cfg, id) }
 
@@ -68,7 +69,7 @@ func (b *base) prepare(spec *Spec, o ociOptions) (*os.File, error) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(filepath.Join(dir, "envd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	return os.OpenFile(b.LogPath(spec.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 }
 
 // claimCgroup makes sure the sandbox's cgroup does not exist yet. A

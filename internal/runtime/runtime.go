@@ -118,6 +118,10 @@ type Runtime interface {
 
 	// List reports every sandbox this runtime knows, in no fixed order.
 	List(ctx context.Context) ([]Container, error)
+
+	// LogPath is the file envd's stdout and stderr go to while the
+	// sandbox exists (Delete removes it).
+	LogPath(id string) string
 }
 
 // State is a sandbox's lifecycle state, as reported by the OCI runtime.

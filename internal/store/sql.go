@@ -417,6 +417,18 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 			args = append(args, string(st))
 		}
 	}
+	if f.TemplateID != "" {
+		where = append(where, "template_id = ?")
+		args = append(args, f.TemplateID)
+	}
+	if f.Node != "" {
+		where = append(where, "node = ?")
+		args = append(args, f.Node)
+	}
+	if !f.StartedAfter.IsZero() {
+		where = append(where, "started_at >= ?")
+		args = append(args, ms(f.StartedAfter))
+	}
 	if f.After != nil {
 		op := ">"
 		if f.Desc {

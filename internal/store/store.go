@@ -102,6 +102,12 @@ type SandboxFilter struct {
 	States []SandboxState
 	// Metadata keeps only sandboxes whose metadata has every pair.
 	Metadata map[string]string
+	// TemplateID, if set, keeps only sandboxes of that template.
+	TemplateID string
+	// Node, if set, keeps only sandboxes placed on that node.
+	Node string
+	// StartedAfter, if set, keeps only sandboxes started at or after it.
+	StartedAfter time.Time
 	// After continues a listing: sandboxes ordered after this cursor.
 	After *Cursor
 	// Desc orders newest first (default oldest first).

@@ -262,6 +262,16 @@ func TestListSandboxesFiltersAndPages(t *testing.T) {
 		if fmt.Sprint(ids(paused)) != "[sb09]" {
 			t.Errorf("state filter: %v", ids(paused))
 		}
+		late, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", StartedAfter: t0.Add(4 * time.Second)})
+		if fmt.Sprint(ids(late)) != "[sb08 sb09]" {
+			t.Errorf("startedAfter filter (inclusive): %v", ids(late))
+		}
+		s.UpdateSandbox(ctx, "sb03", func(sb *Sandbox) error { sb.TemplateID = "other-tmpl"; sb.Node = "n2"; return nil })
+		byTemplate, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", TemplateID: "other-tmpl"})
+		byNode, _ := s.ListSandboxes(ctx, SandboxFilter{Node: "n2"})
+		if fmt.Sprint(ids(byTemplate), ids(byNode)) != "[sb03] [sb03]" {
+			t.Errorf("template filter: %v, node filter: %v", ids(byTemplate), ids(byNode))
+		}
 	})
 }
 

@@ -18,10 +18,10 @@ const (
 	ApiKeyAuthScopes = "ApiKeyAuth.Scopes"
 )
 
-// Defines values for SandboxDetailLifecycleOnTimeout.
+// Defines values for SandboxLifecycleOnTimeout.
 const (
-	Kill  SandboxDetailLifecycleOnTimeout = "kill"
-	Pause SandboxDetailLifecycleOnTimeout = "pause"
+	Kill  SandboxLifecycleOnTimeout = "kill"
+	Pause SandboxLifecycleOnTimeout = "pause"
 )
 
 // Defines values for SandboxState.
@@ -109,44 +109,53 @@ type Sandbox struct {
 
 // SandboxDetail defines model for SandboxDetail.
 type SandboxDetail struct {
-	Alias               *string   `json:"alias,omitempty"`
-	AllowInternetAccess *bool     `json:"allowInternetAccess"`
-	ClientID            string    `json:"clientID"`
-	CpuCount            int32     `json:"cpuCount"`
-	DiskSizeMB          int32     `json:"diskSizeMB"`
-	Domain              *string   `json:"domain"`
-	EndAt               time.Time `json:"endAt"`
-	EnvdAccessToken     *string   `json:"envdAccessToken"`
-	EnvdVersion         string    `json:"envdVersion"`
-	Lifecycle           *struct {
-		AutoResume bool                            `json:"autoResume"`
-		OnTimeout  SandboxDetailLifecycleOnTimeout `json:"onTimeout"`
-	} `json:"lifecycle,omitempty"`
-	MemoryMB     int32                 `json:"memoryMB"`
-	Metadata     *StringMap            `json:"metadata,omitempty"`
-	Network      *SandboxNetworkConfig `json:"network,omitempty"`
-	SandboxID    string                `json:"sandboxID"`
-	StartedAt    time.Time             `json:"startedAt"`
-	State        SandboxState          `json:"state"`
-	TemplateID   string                `json:"templateID"`
-	VolumeMounts *[]VolumeMount        `json:"volumeMounts,omitempty"`
+	Alias               *string               `json:"alias,omitempty"`
+	AllowInternetAccess *bool                 `json:"allowInternetAccess"`
+	ClientID            string                `json:"clientID"`
+	CpuCount            int32                 `json:"cpuCount"`
+	DiskSizeMB          int32                 `json:"diskSizeMB"`
+	Domain              *string               `json:"domain"`
+	EndAt               time.Time             `json:"endAt"`
+	EnvdAccessToken     *string               `json:"envdAccessToken"`
+	EnvdVersion         string                `json:"envdVersion"`
+	Lifecycle           *SandboxLifecycle     `json:"lifecycle,omitempty"`
+	MemoryMB            int32                 `json:"memoryMB"`
+	Metadata            *StringMap            `json:"metadata,omitempty"`
+	Network             *SandboxNetworkConfig `json:"network,omitempty"`
+	SandboxID           string                `json:"sandboxID"`
+	StartedAt           time.Time             `json:"startedAt"`
+	State               SandboxState          `json:"state"`
+	TemplateID          string                `json:"templateID"`
+	VolumeMounts        *[]VolumeMount        `json:"volumeMounts,omitempty"`
 }
 
-// SandboxDetailLifecycleOnTimeout defines model for SandboxDetail.Lifecycle.OnTimeout.
-type SandboxDetailLifecycleOnTimeout string
+// SandboxLifecycle defines model for SandboxLifecycle.
+type SandboxLifecycle struct {
+	AutoResume bool                      `json:"autoResume"`
+	OnTimeout  SandboxLifecycleOnTimeout `json:"onTimeout"`
+}
+
+// SandboxLifecycleOnTimeout defines model for SandboxLifecycle.OnTimeout.
+type SandboxLifecycleOnTimeout string
+
+// SandboxLog defines model for SandboxLog.
+type SandboxLog struct {
+	Line      string    `json:"line"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// SandboxLogEntry defines model for SandboxLogEntry.
+type SandboxLogEntry struct {
+	Fields    StringMap `json:"fields"`
+	Level     string    `json:"level"`
+	Message   string    `json:"message"`
+	Timestamp time.Time `json:"timestamp"`
+}
 
 // SandboxLogs defines model for SandboxLogs.
 type SandboxLogs struct {
-	LogEntries []struct {
-		Fields    StringMap `json:"fields"`
-		Level     string    `json:"level"`
-		Message   string    `json:"message"`
-		Timestamp time.Time `json:"timestamp"`
-	} `json:"logEntries"`
-	Logs []struct {
-		Line      string    `json:"line"`
-		Timestamp time.Time `json:"timestamp"`
-	} `json:"logs"`
+	LogEntries []SandboxLogEntry `json:"logEntries"`
+	Logs       []SandboxLog      `json:"logs"`
 }
 
 // SandboxMetric defines model for SandboxMetric.

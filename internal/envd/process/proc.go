@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"sync"
@@ -177,9 +178,12 @@ func dataEvent(kind output, b []byte) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
 }
 
-// pump reads r until EOF (or the post-exit deadline) and broadcasts chunks.
-func (p *proc) pump(r *os.File, kind output, wg *sync.WaitGroup) {
+// pump reads r until EOF (or the post-exit deadline), broadcasts chunks and
+// copies their lines, bounded, to envd's log.
+func (p *proc) pump(r *os.File, kind output, log *slog.Logger, wg *sync.WaitGroup) {
 	defer wg.Done()
+	out := newOutputLog(log, p.pid, kind)
+	defer out.flush()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
@@ -187,11 +191,14 @@ func (p *proc) pump(r *os.File, kind output, wg *sync.WaitGroup) {
 			chunk := make([]byte, n)
 			copy(chunk, buf[:n])
 			p.broadcast(dataEvent(kind, chunk))
+			// After the broadcast, so clients never wait for the log.
+			out.write(chunk)
 		}
 		if err != nil {
 			// EOF, EIO (PTY slave closed) or the drain deadline: all end the stream.
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, syscall.EIO) {
 				p.broadcast(dataEvent(outStderr, fmt.Appendf(nil, "envd: reading process output: %v\n", err)))
+				log.Warn("reading process output failed", "pid", p.pid, "stream", out.stream, "err", err)
 			}
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ const exitedRetention = 30 * time.Second
 type Service struct {
 	settings *settings.Settings
 	reaper   *reaper.Reaper
+	log      *slog.Logger // set by SetLogger; discards by default
 
 	mu      sync.Mutex
 	running map[uint32]*proc
@@ -44,7 +46,23 @@ var _ processconnect.ProcessHandler = (*Service)(nil)
 
 // NewService returns the process service. r reaps every process it starts.
 func NewService(s *settings.Settings, r *reaper.Reaper) *Service {
-	return &Service{settings: s, reaper: r, running: map[uint32]*proc{}, exited: map[uint32]*proc{}}
+	return &Service{
+		settings: s,
+		reaper:   r,
+		log:      slog.New(slog.DiscardHandler),
+		running:  map[uint32]*proc{},
+		exited:   map[uint32]*proc{},
+	}
+}
+
+// SetLogger makes the service log each process's start, end and (bounded)
+// output to l; nil turns that off again. Call it before serving requests:
+// processes already started keep the logger they were started with.
+func (s *Service) SetLogger(l *slog.Logger) {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	s.log = l
 }
 
 func (s *Service) add(p *proc) {

@@ -100,6 +100,8 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 		} // else nil Stdin: exec connects /dev/null
 	}
 
+	log := s.log
+	started := time.Now()
 	pid, exited, err := s.reaper.StartCmd(cmd)
 	closeAll(childEnds)
 	if err != nil {
@@ -112,15 +114,16 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 	p.pid = uint32(pid)
 	s.add(p)
 	sub := p.subscribe()
+	logStarted(log, p, u, cwd)
 
 	var pumps sync.WaitGroup
 	if p.pty != nil {
 		pumps.Add(1)
-		go p.pump(p.pty, outPTY, &pumps)
+		go p.pump(p.pty, outPTY, log, &pumps)
 	} else {
 		pumps.Add(2)
-		go p.pump(readers[0], outStdout, &pumps)
-		go p.pump(readers[1], outStderr, &pumps)
+		go p.pump(readers[0], outStdout, log, &pumps)
+		go p.pump(readers[1], outStderr, log, &pumps)
 	}
 
 	var timer *time.Timer
@@ -143,8 +146,12 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 		pumps.Wait()
 		closeAll(readers)
 		_ = p.closeStdin()
+		end := endEvent(ws)
+		// Logged before the end event goes out, so the log holds the whole
+		// story of a process by the time its client hears that it ended.
+		logEnded(log, p, ws, end, started)
 		s.remove(p)
-		p.finish(endEvent(ws))
+		p.finish(end)
 	}()
 	return p, sub, nil
 }

@@ -26,7 +26,8 @@ export async function startEnvd({ port = 49983, token, user = 'user', timeoutMs 
   if (token) env.WARREN_ENVD_ACCESS_TOKEN = token
   const proc = spawn(envdBinary, ['--addr', addrs, '--user', user], {
     env,
-    stdio: ['ignore', 'inherit', 'inherit'],
+    // envd logs every process it runs: only show that when asked to.
+    stdio: ['ignore', 'inherit', process.env.WARREN_E2E_VERBOSE ? 'inherit' : 'ignore'],
   })
   let exited = null
   proc.on('exit', (code, signal) => { exited = { code, signal } })

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/api"
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/setup"
+)
+
+type serveFlags struct {
+	dataDir, storeURL, apiAddr, proxyAddr, domain string
+	runtime, envd, runDir, cgroupParent           string
+	networkCIDR, networkPrefix, nodeName          string
+	maxSandboxes, maxPerTeam, poolSize            int
+}
+
+func runServe(ctx context.Context, args []string) error {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	fs.StringVar(&f.dataDir, "data-dir", setup.DefaultDataDir, "where Warren keeps its state (run `warren setup` on it first)")
+	fs.StringVar(&f.storeURL, "store", "", "PostgreSQL URL, or a SQLite file (default: DATA-DIR/warren.db)")
+	fs.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:3000", "address of the platform API (E2B_API_URL)")
+	fs.StringVar(&f.proxyAddr, "proxy-addr", "127.0.0.1:3002", "address of the sandbox proxy (E2B_SANDBOX_URL)")
+	fs.StringVar(&f.domain, "domain", "localhost", "sandbox hosts are {port}-{sandboxID}.DOMAIN")
+	fs.StringVar(&f.runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc")
+	fs.StringVar(&f.envd, "envd", "", "the static envd binary (default: envd beside this executable)")
+	fs.StringVar(&f.runDir, "run-dir", "/run/warren", "runtime state (tmpfs)")
+	fs.StringVar(&f.cgroupParent, "cgroup-parent", "/warren", "cgroup under which sandboxes get theirs")
+	fs.StringVar(&f.networkCIDR, "network-cidr", network.DefaultCIDR.String(), "IPv4 range sandbox addresses come from")
+	fs.StringVar(&f.networkPrefix, "network-prefix", network.DefaultPrefix, "name prefix of network namespaces, veths and nftables tables")
+	fs.StringVar(&f.nodeName, "node-name", "local", "this node's name in sandbox records")
+	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
+	fs.IntVar(&f.maxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")
+	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
+	fs.Parse(args)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return serve(ctx, f, log)
+}
+
+func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	// Listen first: a taken port should fail before anything is started.
+	apiLn, err := net.Listen("tcp", f.apiAddr)
+	if err != nil {
+		return err
+	}
+	defer apiLn.Close()
+	proxyLn, err := net.Listen("tcp", f.proxyAddr)
+	if err != nil {
+		return err
+	}
+	defer proxyLn.Close()
+
+	st, err := openStore(ctx, f.dataDir, f.storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	creds, err := auth.Bootstrap(ctx, st, f.dataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
+	if err != nil {
+		return err
+	}
+	if creds != nil {
+		fmt.Printf("First start: created an API key and an access token. They are shown only now, and kept in %s (mode 0600).\n", creds.File)
+		fmt.Printf("  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
+	}
+
+	images, err := image.Open(f.dataDir)
+	if err != nil {
+		return err
+	}
+	if _, err := images.Template("base"); err != nil {
+		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", f.dataDir, f.dataDir, err)
+	}
+	envd := f.envd
+	if envd == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		envd = filepath.Join(filepath.Dir(exe), "envd")
+	}
+	if _, err := os.Stat(envd); err != nil {
+		return fmt.Errorf("envd: %w (build it with `make build`, or give --envd)", err)
+	}
+	rtCfg := runtime.Config{StateDir: filepath.Join(f.runDir, f.runtime), CgroupParent: f.cgroupParent}
+	if f.runtime == "runsc" {
+		rtCfg.Binary = setup.RunscPath(f.dataDir)
+	}
+	rt, err := runtime.New(f.runtime, rtCfg)
+	if err != nil {
+		return err
+	}
+	cidr, err := netip.ParsePrefix(f.networkCIDR)
+	if err != nil {
+		return fmt.Errorf("--network-cidr: %w", err)
+	}
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: f.networkPrefix})
+	if err != nil {
+		return err
+	}
+	defer nw.Close()
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: "/etc/resolv.conf"})
+	if err != nil {
+		return err
+	}
+	mgr, err := sandbox.New(sandbox.Config{
+		Store: st, Node: n, Images: images, NodeName: f.nodeName,
+		MaxSandboxes: f.maxSandboxes, MaxPerTeam: f.maxPerTeam, PoolSize: f.poolSize, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if err := mgr.Close(); err != nil {
+			log.Warn("stopping the sandbox manager", "err", err)
+		}
+	}()
+	if live, _ := mgr.Count(); live > 0 {
+		log.Info("sandboxes of the previous run are running on", "count", live)
+	}
+
+	apiSrv := &http.Server{
+		Handler:           api.New(api.Config{Store: st, Sandboxes: mgr, ClientID: f.nodeName, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	proxySrv := &http.Server{
+		Handler:           proxy.New(proxy.Config{Domain: f.domain, Resolver: mgr, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- apiSrv.Serve(apiLn) }()
+	go func() { errc <- proxySrv.Serve(proxyLn) }()
+	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
+		"runtime", f.runtime, "data_dir", f.dataDir)
+	key := fmt.Sprintf("$(sed -n 's/^E2B_API_KEY=//p' %s)", filepath.Join(f.dataDir, "credentials"))
+	if creds != nil {
+		key = creds.APIKey
+	}
+	fmt.Printf("\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+		apiLn.Addr(), proxyLn.Addr(), f.domain, key)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("shutting down; running sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = apiSrv.Shutdown(sctx)
+	// Sandbox streams (a command's output) may be open for hours: don't wait.
+	_ = proxySrv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

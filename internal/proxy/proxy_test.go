@@ -1,0 +1,203 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// resolverFunc adapts a function to Resolver.
+type resolverFunc func(ctx context.Context, id string) (Target, error)
+
+func (f resolverFunc) Resolve(ctx context.Context, id string) (Target, error) { return f(ctx, id) }
+
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// setup starts an upstream (standing in for a sandbox's port) and a proxy
+// in front of it that knows sandbox "sbx1" at 127.0.0.1.
+func setup(t *testing.T, upstream http.Handler, target Target) (proxyURL string, port int) {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	fmt.Sscan(u.Port(), &port)
+	target.IP = loopback
+	p := New(Config{Domain: "localhost", Resolver: resolverFunc(func(_ context.Context, id string) (Target, error) {
+		switch id {
+		case "sbx1":
+			return target, nil
+		case "moving":
+			return Target{}, ErrTransitioning
+		}
+		return Target{}, fmt.Errorf("lookup: %w", ErrNotFound)
+	})})
+	ps := httptest.NewServer(p)
+	t.Cleanup(ps.Close)
+	return ps.URL, port
+}
+
+func do(t *testing.T, method, url, host string, hdr map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+func echo() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "path=%s query=%s host=%s id=%q port=%q token=%q traffic=%q",
+			r.URL.EscapedPath(), r.URL.RawQuery, r.Host, r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port"),
+			r.Header.Get("X-Access-Token"), r.Header.Get("e2b-traffic-access-token"))
+	})
+}
+
+func TestRoutesByHeadersAndByHost(t *testing.T) {
+	pu, port := setup(t, echo(), Target{})
+	status, body, _ := do(t, "GET", pu+"/files/a%2Fb?x=1&y=%2F", "", map[string]string{
+		"E2b-Sandbox-Id": "sbx1", "E2b-Sandbox-Port": fmt.Sprint(port), "X-Access-Token": "tok",
+	})
+	want := fmt.Sprintf(`path=/files/a%%2Fb query=x=1&y=%%2F host=127.0.0.1:%s id="" port="" token="tok" traffic=""`, strings.TrimPrefix(pu, "http://127.0.0.1:"))
+	if status != 200 || body != want {
+		t.Errorf("by headers: %d %s\nwant %s", status, body, want)
+	}
+	host := fmt.Sprintf("%d-sbx1.localhost:3002", port)
+	status, body, _ = do(t, "GET", pu+"/x", host, nil)
+	if status != 200 || !strings.HasPrefix(body, "path=/x query= host="+host) {
+		t.Errorf("by host: %d %s", status, body)
+	}
+}
+
+func jsonBody(t *testing.T, body string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatalf("not JSON: %q", body)
+	}
+	return m
+}
+
+func TestErrors(t *testing.T) {
+	pu, port := setup(t, echo(), Target{})
+	status, body, hdr := do(t, "GET", pu, "", map[string]string{"E2b-Sandbox-Id": "sbx1"})
+	if status != 400 || !strings.Contains(body, "E2b-Sandbox-Port") || hdr.Get("Content-Type") != "application/json" {
+		t.Errorf("one routing header: %d %s", status, body)
+	}
+	if status, body, _ = do(t, "GET", pu, "localhost", nil); status != 400 || jsonBody(t, body)["code"] != 400.0 {
+		t.Errorf("no sandbox in host: %d %s", status, body)
+	}
+	status, body, _ = do(t, "GET", pu, fmt.Sprintf("%d-gone.localhost", port), nil)
+	if m := jsonBody(t, body); status != 502 || m["sandboxId"] != "gone" || m["message"] != "The sandbox was not found" || m["code"] != 502.0 {
+		t.Errorf("unknown sandbox: %d %s", status, body)
+	}
+	if status, body, _ = do(t, "GET", pu, fmt.Sprintf("%d-moving.localhost", port), nil); status != 409 {
+		t.Errorf("transitioning: %d %s", status, body)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	status, body, _ = do(t, "GET", pu, fmt.Sprintf("%d-sbx1.localhost", closed), nil)
+	if m := jsonBody(t, body); status != 502 || m["port"] != float64(closed) || m["message"] != "The sandbox is running but port is not open" {
+		t.Errorf("closed port: %d %s", status, body)
+	}
+}
+
+func TestTrafficTokenAndMaskedHost(t *testing.T) {
+	pu, port := setup(t, echo(), Target{TrafficToken: "secret", MaskRequestHost: "localhost:${PORT}"})
+	host := fmt.Sprintf("%d-sbx1.localhost", port)
+	if status, body, _ := do(t, "GET", pu, host, nil); status != 403 || jsonBody(t, body)["code"] != 403.0 {
+		t.Errorf("no traffic token: %d %s", status, body)
+	}
+	if status, _, _ := do(t, "GET", pu, host, map[string]string{"e2b-traffic-access-token": "wrong"}); status != 403 {
+		t.Errorf("wrong traffic token: %d", status)
+	}
+	status, body, _ := do(t, "GET", pu, host, map[string]string{"e2b-traffic-access-token": "secret"})
+	if status != 200 || !strings.Contains(body, fmt.Sprintf("host=localhost:%d ", port)) || !strings.HasSuffix(body, `traffic=""`) {
+		t.Errorf("with the token: %d %s", status, body)
+	}
+}
+
+func TestStreamsWithoutBuffering(t *testing.T) {
+	release := make(chan struct{})
+	pu, port := setup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "second\n")
+	}), Target{})
+	defer close(release)
+	req, _ := http.NewRequest("GET", pu, nil)
+	req.Host = fmt.Sprintf("%d-sbx1.localhost", port)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(res.Body).ReadString('\n')
+		got <- line
+	}()
+	select {
+	case line := <-got:
+		if line != "first\n" {
+			t.Errorf("first chunk %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first chunk did not arrive before the response ended: the proxy buffers")
+	}
+}
+
+func TestWebSocketUpgrade(t *testing.T) {
+	pu, port := setup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "not an upgrade", 400)
+			return
+		}
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		rw.Flush()
+		io.Copy(conn, rw) // echo
+	}), Target{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(pu, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %d-sbx1.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", port)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	io.WriteString(conn, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("echo through the upgraded connection: %q %v", buf, err)
+	}
+}

@@ -1,0 +1,88 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// LogEntry is one line of a sandbox's log: envd's own messages and the
+// process events and output it records (see cmd/envd).
+type LogEntry struct {
+	Time    time.Time
+	Level   string
+	Message string
+	Fields  map[string]string
+	// Line is the raw line.
+	Line string
+}
+
+// maxLogLine bounds one line read from the log file.
+const maxLogLine = 64 << 10
+
+// Logs returns up to limit entries of a sandbox's log at or after start,
+// oldest first.
+func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]LogEntry, error) {
+	if _, err := m.lookup(teamID, id); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(m.cfg.Node.Runtime().LogPath(id))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return []LogEntry{}, nil
+		}
+		return nil, fmt.Errorf("sandbox: reading logs of %s: %w", id, err)
+	}
+	defer f.Close()
+	fallback := time.Now()
+	if fi, err := f.Stat(); err == nil {
+		fallback = fi.ModTime()
+	}
+	out := []LogEntry{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4096), maxLogLine)
+	for sc.Scan() && (limit <= 0 || len(out) < limit) {
+		e := parseLogLine(sc.Text(), fallback)
+		if !start.IsZero() && e.Time.Before(start) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// parseLogLine reads a JSON line of log/slog's JSON handler (time, level,
+// msg and attributes); anything else becomes an info entry.
+func parseLogLine(line string, fallback time.Time) LogEntry {
+	e := LogEntry{Time: fallback, Level: "info", Message: line, Fields: map[string]string{}, Line: line}
+	var obj map[string]any
+	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &obj) != nil {
+		return e
+	}
+	for k, v := range obj {
+		switch k {
+		case "time":
+			if s, ok := v.(string); ok {
+				if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+					e.Time = t
+				}
+			}
+		case "level":
+			e.Level = strings.ToLower(fmt.Sprint(v))
+		case "msg":
+			e.Message = fmt.Sprint(v)
+		default:
+			if s, ok := v.(string); ok {
+				e.Fields[k] = s
+			} else {
+				b, _ := json.Marshal(v)
+				e.Fields[k] = string(b)
+			}
+		}
+	}
+	return e
+}

@@ -1,0 +1,839 @@
+// Package sandbox is the sandbox manager: it owns the lifecycle of every
+// sandbox on this node, between the API above it and the node's runtime,
+// network and root filesystems below.
+//
+// Lifecycle. A sandbox is creating while its resources are being made,
+// then running; a running sandbox can be paused (frozen in place) and
+// resumed; kill ends it. Each transition is written to the store before
+// the runtime acts, so that a warren restarted after a crash can tell
+// what it left: Start adopts the running and paused sandboxes the store
+// knows on this node and removes everything else (half-made sandboxes,
+// containers, mounts and network slots nobody knows).
+//
+// Timeouts. Every sandbox has an end time (EndAt). Create sets it to
+// start + timeout; SetTimeout moves it to now + timeout (shorter or
+// longer); Refresh and Connect only move it later. A reaper kills each
+// running sandbox whose end time has passed, or pauses it when it was
+// created with autoPause.
+//
+// Warm pools. For the templates in Config.PoolTemplates the manager keeps
+// PoolSize sandboxes started ahead of demand, with a private envd token
+// and no store record. Create claims one when it can, and pushes the
+// request's environment, the sandbox's identity and its new access token
+// into it through envd's /init; the pool refills in the background. A
+// claimed sandbox is indistinguishable from a cold one, except that it
+// started earlier (StartedAt is the claim time).
+//
+// Capacity. MaxSandboxes bounds all sandboxes of this node, warm ones
+// included (ErrNoCapacity, which the API maps to 503); MaxPerTeam bounds a
+// team's sandboxes (ErrTeamLimit, 429).
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// EnvdVersion is the version of envd every sandbox runs; the SDK gates
+// features on it.
+const EnvdVersion = "0.6.4"
+
+// Errors, matched with errors.Is; the API maps them to statuses.
+var (
+	ErrNotFound         = errors.New("sandbox not found")
+	ErrTemplateNotFound = errors.New("template not found")
+	ErrInvalid          = errors.New("invalid request")
+	ErrNoCapacity       = errors.New("no capacity")
+	ErrTeamLimit        = errors.New("team sandbox limit reached")
+	ErrConflict         = errors.New("sandbox is changing state")
+)
+
+// Resources are a sandbox's limits.
+type Resources struct {
+	CPUCount   int
+	MemoryMB   int
+	DiskSizeMB int
+}
+
+// DefaultResources are what a template that says nothing gets.
+var DefaultResources = Resources{CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024}
+
+// Config wires a Manager.
+type Config struct {
+	Store  store.Store
+	Node   *node.Node
+	Images *image.Store
+	// NodeName names this node in sandbox records. Default "local".
+	NodeName string
+	// MaxSandboxes bounds the sandboxes on this node, warm ones included.
+	// Default 100.
+	MaxSandboxes int
+	// MaxPerTeam bounds one team's sandboxes; 0: no limit.
+	MaxPerTeam int
+	// PoolSize is the number of warm sandboxes kept per template in
+	// PoolTemplates; 0 disables warm pools.
+	PoolSize int
+	// PoolTemplates are the templates that get a warm pool. Default
+	// ["base"].
+	PoolTemplates []string
+	// ReapInterval is how often expired sandboxes are looked for.
+	// Default 1s.
+	ReapInterval time.Duration
+	// Resources are the limits of every sandbox. Default DefaultResources.
+	Resources Resources
+	Logger    *slog.Logger
+}
+
+// Manager runs sandboxes on one node. Its methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	live     map[string]*live // running and paused sandboxes, by ID
+	starting int              // cold creates in flight (capacity is counted with them)
+	perTeam  map[string]int   // live and starting sandboxes per team
+	pools    map[string]*pool
+	closed   bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// live is a sandbox of this node, with what serving it needs in memory.
+type live struct {
+	// mu serialises lifecycle operations (kill, pause, resume) on it.
+	mu        sync.Mutex
+	id        string
+	teamID    string
+	sb        *node.Sandbox
+	transport *http.Transport
+	// Copied from the record for the proxy; guarded by Manager.mu.
+	paused       bool
+	autoResume   bool
+	trafficToken string
+	maskHost     string
+	metrics      *sampler
+}
+
+// New returns a manager. Call Start before using it.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Node == nil || cfg.Images == nil {
+		return nil, errors.New("sandbox: Store, Node and Images are required")
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = "local"
+	}
+	if cfg.MaxSandboxes <= 0 {
+		cfg.MaxSandboxes = 100
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = time.Second
+	}
+	if cfg.Resources == (Resources{}) {
+		cfg.Resources = DefaultResources
+	}
+	if cfg.PoolTemplates == nil {
+		cfg.PoolTemplates = []string{"base"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		live:    map[string]*live{},
+		perTeam: map[string]int{},
+		pools:   map[string]*pool{},
+		stop:    make(chan struct{}),
+	}, nil
+}
+
+// Start reconciles the store with the node (see the package doc), then
+// starts the reaper and the warm pools.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.recover(ctx); err != nil {
+		return err
+	}
+	m.wg.Add(2)
+	go m.reapLoop()
+	go m.sampleLoop()
+	if m.cfg.PoolSize > 0 {
+		for _, t := range m.cfg.PoolTemplates {
+			p := &pool{m: m, templateID: t, size: m.cfg.PoolSize, ready: make(chan *warm, m.cfg.PoolSize), kick: make(chan struct{}, 1)}
+			m.pools[t] = p
+			m.wg.Add(1)
+			go p.fill()
+		}
+	}
+	return nil
+}
+
+// Close stops the reaper and the pools and removes the warm sandboxes.
+// Running sandboxes are left running: a restarted manager adopts them.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+	var errs []error
+	for _, p := range m.pools {
+		errs = append(errs, p.drain())
+	}
+	return errors.Join(errs...)
+}
+
+// recover adopts what the store says runs here and removes the rest.
+func (m *Manager) recover(ctx context.Context) error {
+	recs, err := m.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.NodeName})
+	if err != nil {
+		return fmt.Errorf("sandbox: listing sandboxes: %w", err)
+	}
+	keep := map[string]string{}
+	for _, r := range recs {
+		if r.State == store.StateRunning || r.State == store.StatePaused {
+			keep[r.ID] = r.Slot
+		}
+	}
+	if err := m.cfg.Node.Cleanup(ctx, keep); err != nil {
+		m.log.Warn("cleanup of leftovers was incomplete", "err", err)
+	}
+	for _, r := range recs {
+		if _, ok := keep[r.ID]; !ok {
+			// Creating (interrupted) or killed (its resources are gone now).
+			m.forget(ctx, r.ID)
+			continue
+		}
+		sb, err := m.cfg.Node.Adopt(ctx, r.ID, r.Slot)
+		if err != nil {
+			m.log.Warn("sandbox did not survive the restart", "sandbox", r.ID, "err", err)
+			if sb != nil {
+				_ = m.cfg.Node.Delete(ctx, sb)
+			}
+			m.forget(ctx, r.ID)
+			continue
+		}
+		l := m.newLive(r, sb)
+		m.mu.Lock()
+		m.live[r.ID] = l
+		m.perTeam[r.TeamID]++
+		m.mu.Unlock()
+		m.log.Info("adopted sandbox", "sandbox", r.ID, "state", r.State)
+	}
+	return nil
+}
+
+func (m *Manager) forget(ctx context.Context, id string) {
+	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		m.log.Warn("removing sandbox record", "sandbox", id, "err", err)
+	}
+}
+
+func (m *Manager) newLive(r store.Sandbox, sb *node.Sandbox) *live {
+	ex := ParseExtra(r.Extra)
+	l := &live{
+		id: r.ID, teamID: r.TeamID, sb: sb, transport: proxy.NewTransport(),
+		paused: r.State == store.StatePaused, autoResume: r.AutoResume,
+		metrics: newSampler(),
+	}
+	if ex.Network != nil {
+		if ex.Network.AllowPublicTraffic != nil && !*ex.Network.AllowPublicTraffic {
+			l.trafficToken = r.TrafficAccessToken
+		}
+		l.maskHost = ex.Network.MaskRequestHost
+	}
+	return l
+}
+
+// CreateRequest is what a new sandbox needs.
+type CreateRequest struct {
+	TeamID     string
+	TemplateID string
+	Timeout    time.Duration
+	Metadata   map[string]string
+	EnvVars    map[string]string
+	AutoPause  bool
+	AutoResume bool
+	Secure     bool
+	// AllowInternetAccess is nil when the request did not say.
+	AllowInternetAccess *bool
+	Extra               Extra
+}
+
+// Create starts a sandbox, from the template's warm pool when it has one
+// ready, and returns its record.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	if err := validateCreate(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	tmpl, err := m.cfg.Images.Template(req.TemplateID)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
+	}
+	onlyWarm, err := m.reserve(req.TeamID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			m.unreserve(req.TeamID)
+		}
+	}()
+	now := time.Now()
+	rec := store.Sandbox{
+		TeamID: req.TeamID, TemplateID: tmpl.ID, Alias: tmpl.ID, State: store.StateCreating,
+		StartedAt: now, EndAt: now.Add(req.Timeout),
+		CPUCount: m.cfg.Resources.CPUCount, MemoryMB: m.cfg.Resources.MemoryMB, DiskSizeMB: m.cfg.Resources.DiskSizeMB,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
+		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
+		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
+		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
+	}
+
+	var sb *node.Sandbox
+	var token string // envd's token until /init replaces it
+	if w := m.claimWarm(tmpl); w != nil {
+		sb, token = w.sb, w.token
+	} else if onlyWarm {
+		return store.Sandbox{}, fmt.Errorf("%w: this node runs %d sandboxes, its limit (--max-sandboxes); retry later", ErrNoCapacity, m.cfg.MaxSandboxes)
+	} else {
+		rec.ID = NewID()
+		token = rec.EnvdAccessToken
+	}
+	if sb != nil {
+		rec.ID = sb.ID
+	}
+	// The record comes first: a crash from here on leaves a "creating"
+	// record that tells the next start what to remove.
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		if sb != nil {
+			m.discard(sb)
+		}
+		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
+	}
+	fail := func(err error) (store.Sandbox, error) {
+		if sb != nil {
+			m.discard(sb)
+		}
+		m.forget(context.WithoutCancel(ctx), rec.ID)
+		return store.Sandbox{}, err
+	}
+	if sb == nil {
+		layers, err := m.cfg.Images.LayerDirs(tmpl)
+		if err != nil {
+			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
+		}
+		sb, err = m.cfg.Node.Create(ctx, node.CreateRequest{
+			ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
+			AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
+		}
+	}
+	l := m.newLive(rec, sb)
+	if err := initEnvd(ctx, l, token, rec, tmpl); err != nil {
+		return fail(err)
+	}
+	started := time.Now()
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
+		s.State = store.StateRunning
+		s.Slot = sb.Slot.Name
+		// The clock starts when the sandbox is usable.
+		s.StartedAt = started
+		s.EndAt = started.Add(req.Timeout)
+		return nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: recording %s: %w", rec.ID, err))
+	}
+	m.mu.Lock()
+	m.live[rec.ID] = l
+	m.starting--
+	m.mu.Unlock()
+	reserved = false // the team count now belongs to the live sandbox
+	return rec, nil
+}
+
+func validateCreate(req CreateRequest) error {
+	if req.TemplateID == "" {
+		return fmt.Errorf("%w: templateID is required", ErrInvalid)
+	}
+	if req.Timeout < 0 {
+		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	}
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		return fmt.Errorf("%w: allow_internet_access=false is not supported yet: egress policies are not implemented, and Warren does not pretend to enforce one", ErrInvalid)
+	}
+	if n := req.Extra.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
+		return fmt.Errorf("%w: network.allowOut/denyOut are not supported yet: egress policies are not implemented", ErrInvalid)
+	}
+	if len(req.Extra.VolumeMounts) > 0 {
+		return fmt.Errorf("%w: volume mounts are not supported yet", ErrInvalid)
+	}
+	return nil
+}
+
+// reserve counts a sandbox about to be created against the limits. At
+// the node's limit a warm sandbox can still be handed out, since that
+// starts nothing new: onlyWarm says so.
+func (m *Manager) reserve(teamID string) (onlyWarm bool, _ error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false, fmt.Errorf("%w: the server is shutting down", ErrNoCapacity)
+	}
+	if m.cfg.MaxPerTeam > 0 && m.perTeam[teamID] >= m.cfg.MaxPerTeam {
+		return false, fmt.Errorf("%w: the team has %d sandboxes, the most it may have at once; kill one first", ErrTeamLimit, m.perTeam[teamID])
+	}
+	if m.usedLocked() >= m.cfg.MaxSandboxes {
+		if !m.anyWarmLocked() {
+			return false, fmt.Errorf("%w: this node runs %d sandboxes, its limit (--max-sandboxes); retry later", ErrNoCapacity, m.cfg.MaxSandboxes)
+		}
+		onlyWarm = true
+	}
+	m.perTeam[teamID]++
+	m.starting++
+	return onlyWarm, nil
+}
+
+func (m *Manager) unreserve(teamID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.starting--
+	m.perTeam[teamID]--
+	if m.perTeam[teamID] <= 0 {
+		delete(m.perTeam, teamID)
+	}
+}
+
+// usedLocked counts sandboxes holding resources: live, being created, warm.
+func (m *Manager) usedLocked() int {
+	n := len(m.live) + m.starting
+	for _, p := range m.pools {
+		n += p.count()
+	}
+	return n
+}
+
+func (m *Manager) anyWarmLocked() bool {
+	for _, p := range m.pools {
+		if len(p.ready) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// initEnvd pushes the sandbox's identity, environment and final access
+// token into envd, authenticating with the token envd has now.
+func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmpl *image.Template) error {
+	envs := map[string]string{}
+	for k, v := range tmpl.Envs {
+		envs[k] = v
+	}
+	envs["E2B_SANDBOX"] = "true"
+	envs["E2B_SANDBOX_ID"] = rec.ID
+	envs["E2B_TEMPLATE_ID"] = rec.TemplateID
+	envs["E2B_TEAM_ID"] = rec.TeamID
+	for k, v := range rec.EnvVars {
+		envs[k] = v
+	}
+	body, _ := json.Marshal(map[string]any{
+		"envVars":     envs,
+		"accessToken": rec.EnvdAccessToken,
+		"timestamp":   time.Now().UTC(),
+	})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.sb.EnvdURL()+"/init", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Access-Token", token)
+	res, err := l.transport.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("sandbox: initialising envd of %s: %w", rec.ID, err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent && res.StatusCode != http.StatusOK {
+		return fmt.Errorf("sandbox: initialising envd of %s: %s", rec.ID, res.Status)
+	}
+	return nil
+}
+
+// discard deletes a node sandbox that never became a live one.
+func (m *Manager) discard(sb *node.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.cfg.Node.Delete(ctx, sb); err != nil {
+		m.log.Error("removing a failed sandbox", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// Get returns a team's sandbox. Killed sandboxes are not found.
+func (m *Manager) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+	rec, err := m.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
+		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return rec, err
+}
+
+func visible(s store.SandboxState) bool {
+	return s == store.StateRunning || s == store.StatePaused
+}
+
+// List returns a team's sandboxes matching f (whose TeamID it sets).
+func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
+	f.TeamID = teamID
+	if len(f.States) == 0 {
+		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
+	}
+	return m.cfg.Store.ListSandboxes(ctx, f)
+}
+
+// lookup finds a team's live sandbox.
+func (m *Manager) lookup(teamID, id string) (*live, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil || (teamID != "" && l.teamID != teamID) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return l, nil
+}
+
+// Kill ends a team's sandbox and removes it.
+func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return err
+	}
+	return m.kill(ctx, l)
+}
+
+func (m *Manager) kill(ctx context.Context, l *live) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m.mu.Lock()
+	if m.live[l.id] != l {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, l.id) // killed meanwhile
+	}
+	delete(m.live, l.id)
+	m.perTeam[l.teamID]--
+	if m.perTeam[l.teamID] <= 0 {
+		delete(m.perTeam, l.teamID)
+	}
+	m.mu.Unlock()
+	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
+	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+		s.State = store.StateKilled
+		return nil
+	}); err != nil {
+		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
+	}
+	l.transport.CloseIdleConnections()
+	if err := m.cfg.Node.Delete(ctx, l.sb); err != nil {
+		// The record stays "killed": the next start removes what is left.
+		return fmt.Errorf("sandbox: removing %s: %w", l.id, err)
+	}
+	l.transport.CloseIdleConnections()
+	m.forget(ctx, l.id)
+	return nil
+}
+
+// SetTimeout makes the sandbox expire timeout from now.
+func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
+	if timeout < 0 {
+		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	}
+	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return time.Now().Add(timeout) })
+}
+
+// Refresh makes the sandbox live at least d longer from now.
+func (m *Manager) Refresh(ctx context.Context, teamID, id string, d time.Duration) error {
+	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return later(end, time.Now().Add(d)) })
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (m *Manager) moveEnd(ctx context.Context, teamID, id string, move func(time.Time) time.Time) error {
+	if _, err := m.lookup(teamID, id); err != nil {
+		return err
+	}
+	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if !visible(s.State) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		s.EndAt = move(s.EndAt)
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return err
+}
+
+// Connect returns a running sandbox, resuming it if paused, and makes it
+// live at least timeout longer. resumed tells whether it was paused.
+func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration) (rec store.Sandbox, resumed bool, err error) {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	if resumed, err = m.resume(ctx, l); err != nil {
+		return store.Sandbox{}, false, err
+	}
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if !visible(s.State) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		s.EndAt = later(s.EndAt, time.Now().Add(timeout))
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return rec, resumed, err
+}
+
+// Pause freezes a running sandbox in place. It reports false if the
+// sandbox was already paused.
+func (m *Manager) Pause(ctx context.Context, teamID, id string) (bool, error) {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return false, err
+	}
+	return m.pause(ctx, l)
+}
+
+func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m.isGone(l) {
+		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	}
+	m.mu.Lock()
+	paused := l.paused
+	m.mu.Unlock()
+	if paused {
+		return false, nil
+	}
+	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+		s.State = store.StatePaused
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if err := m.cfg.Node.Pause(ctx, l.sb); err != nil {
+		m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
+			s.State = store.StateRunning
+			return nil
+		})
+		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
+	}
+	l.transport.CloseIdleConnections()
+	m.mu.Lock()
+	l.paused = true
+	m.mu.Unlock()
+	return true, nil
+}
+
+// resume thaws a paused sandbox; it reports whether it was paused.
+func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m.isGone(l) {
+		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	}
+	m.mu.Lock()
+	paused := l.paused
+	m.mu.Unlock()
+	if !paused {
+		return false, nil
+	}
+	if err := m.cfg.Node.Resume(ctx, l.sb); err != nil {
+		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
+	}
+	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+		s.State = store.StateRunning
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	l.paused = false
+	m.mu.Unlock()
+	return true, nil
+}
+
+func (m *Manager) isGone(l *live) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[l.id] != l
+}
+
+// Resolve implements proxy.Resolver: it finds a live sandbox for sandbox
+// traffic, resuming a paused one created with autoResume.
+func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	var paused, autoResume bool
+	if l != nil {
+		paused, autoResume = l.paused, l.autoResume
+	}
+	m.mu.Unlock()
+	if l == nil {
+		return proxy.Target{}, proxy.ErrNotFound
+	}
+	if paused {
+		if !autoResume {
+			return proxy.Target{}, proxy.ErrNotFound
+		}
+		if _, err := m.resume(ctx, l); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return proxy.Target{}, proxy.ErrNotFound
+			}
+			return proxy.Target{}, err
+		}
+	}
+	return proxy.Target{IP: l.sb.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost}, nil
+}
+
+// reapLoop kills (or pauses) expired sandboxes.
+func (m *Manager) reapLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.reap()
+		}
+	}
+}
+
+func (m *Manager) reap() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	expired, err := m.cfg.Store.ExpiredSandboxes(ctx, time.Now())
+	if err != nil {
+		m.log.Warn("listing expired sandboxes", "err", err)
+		return
+	}
+	for _, r := range expired {
+		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
+			continue // paused sandboxes stay until killed or resumed
+		}
+		l, err := m.lookup("", r.ID)
+		if err != nil {
+			continue
+		}
+		if r.AutoPause {
+			_, err = m.pause(ctx, l)
+		} else {
+			err = m.kill(ctx, l)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			m.log.Warn("ending an expired sandbox", "sandbox", r.ID, "err", err)
+		} else {
+			m.log.Info("sandbox timed out", "sandbox", r.ID, "paused", r.AutoPause)
+		}
+	}
+}
+
+// Count reports the live sandboxes and the warm ones.
+func (m *Manager) Count() (live, warm int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pools {
+		warm += len(p.ready)
+	}
+	return len(m.live), warm
+}
+
+// NewID returns a new sandbox ID: 20 lower-case letters and digits, a
+// single DNS label without '-', as host routing ({port}-{id}.{domain})
+// needs.
+func NewID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	// A leading letter keeps it a valid hostname label everywhere.
+	b[0] = alphabet[int(b[0])%26]
+	return string(b)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Extra is what a sandbox record keeps as JSON besides its columns.
+type Extra struct {
+	Network      *Network      `json:"network,omitempty"`
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+	MCP          any           `json:"mcp,omitempty"`
+}
+
+// Network is a sandbox's network configuration as the API gives it.
+type Network struct {
+	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+}
+
+// VolumeMount mounts a team volume into a sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+func (e Extra) String() string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// ParseExtra reads a record's Extra; damaged JSON reads as empty.
+func ParseExtra(s string) Extra {
+	var e Extra
+	if s != "" {
+		_ = json.Unmarshal([]byte(s), &e)
+	}
+	return e
+}

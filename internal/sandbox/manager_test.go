@@ -1,0 +1,360 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// The manager tests run real sandboxes (runc, for speed) from the base
+// template `warren setup` builds, in a data dir of their own that shares
+// its layers, so that their cleanup never meets another test's sandboxes.
+
+var (
+	fixtureOnce sync.Once
+	fixtureErr  error
+	envdPath    string
+	dataDir     string
+)
+
+func setupFixture(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs real sandboxes")
+	}
+	fixtureOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		if fixtureErr = setup.Run(ctx, setup.Options{Runtimes: []string{"runc"}}, os.Stderr); fixtureErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "warren-sandbox-test-")
+		if err != nil {
+			fixtureErr = err
+			return
+		}
+		dataDir = dir
+		for _, p := range []string{"layers", "templates"} {
+			if fixtureErr = os.Symlink(filepath.Join(setup.DefaultDataDir, p), filepath.Join(dir, p)); fixtureErr != nil {
+				return
+			}
+		}
+		envdPath = filepath.Join(dir, "envd")
+		cmd := exec.Command("go", "build", "-o", envdPath, "github.com/warren-sandbox/warren/cmd/envd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fixtureErr = fmt.Errorf("building envd: %v\n%s", err, out)
+		}
+	})
+	if fixtureErr != nil {
+		t.Fatal(fixtureErr)
+	}
+}
+
+// env is one "run" of warren: a store that outlives it, and a node and
+// manager that do not.
+type env struct {
+	t     *testing.T
+	store store.Store
+	nw    *network.Manager
+	mgr   *Manager
+}
+
+func newStore(t *testing.T) store.Store {
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.CreateTeam(context.Background(), store.Team{ID: "t1", Name: "t1", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func start(t *testing.T, st store.Store, cfg Config) *env {
+	t.Helper()
+	setupFixture(t)
+	rt, err := runtime.New("runc", runtime.Config{StateDir: "/run/warren-sandbox-test/runc", CgroupParent: "/warren-sandbox-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.123.0.0/20"), Prefix: "wst", PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, err := image.Open(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Node, cfg.Images = st, n, images
+	cfg.Resources = Resources{CPUCount: 1, MemoryMB: 256, DiskSizeMB: 256}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: st, nw: nw, mgr: m}
+	return e
+}
+
+// stop ends the run without touching its sandboxes, like SIGTERM.
+func (e *env) stop() {
+	if err := e.mgr.Close(); err != nil {
+		e.t.Error(err)
+	}
+	if err := e.nw.Close(); err != nil {
+		e.t.Error(err)
+	}
+}
+
+// destroy kills every sandbox and removes the network.
+func (e *env) destroy() {
+	ctx := context.Background()
+	e.mgr.mu.Lock()
+	var ids []string
+	for id := range e.mgr.live {
+		ids = append(ids, id)
+	}
+	e.mgr.mu.Unlock()
+	for _, id := range ids {
+		if err := e.mgr.Kill(ctx, "", id); err != nil {
+			e.t.Errorf("kill %s: %v", id, err)
+		}
+	}
+	e.mgr.Close()
+	if err := e.nw.Destroy(); err != nil {
+		e.t.Error(err)
+	}
+}
+
+func (e *env) create(req CreateRequest) (store.Sandbox, error) {
+	if req.TeamID == "" {
+		req.TeamID = "t1"
+	}
+	if req.TemplateID == "" {
+		req.TemplateID = "base"
+	}
+	if req.Timeout == 0 {
+		req.Timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return e.mgr.Create(ctx, req)
+}
+
+// envdEnv asks envd for its default environment, with the sandbox's token.
+func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
+	l, err := m.lookup("", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", l.sb.EnvdURL()+"/envs", nil)
+	req.Header.Set("X-Access-Token", rec.EnvdAccessToken)
+	res, err := l.transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	buf := make([]byte, 4096)
+	n, _ := res.Body.Read(buf)
+	return res.StatusCode, string(buf[:n])
+}
+
+func TestWarmPoolClaimPushesIdentityEnvsAndToken(t *testing.T) {
+	e := start(t, newStore(t), Config{PoolSize: 1})
+	defer e.destroy()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, warm := e.mgr.Count(); warm == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.mgr.mu.Lock()
+	w := <-e.mgr.pools["base"].ready
+	e.mgr.pools["base"].ready <- w // peek
+	e.mgr.mu.Unlock()
+	rec, err := e.create(CreateRequest{EnvVars: map[string]string{"FOO": "bar"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID != w.sb.ID {
+		t.Errorf("created %s, not the warm %s", rec.ID, w.sb.ID)
+	}
+	status, body := envdEnv(t, e.mgr, rec)
+	if status != 200 {
+		t.Fatalf("envd /envs with the new token: %d %s", status, body)
+	}
+	for _, want := range []string{`"FOO":"bar"`, `"E2B_SANDBOX_ID":"` + rec.ID + `"`, `"E2B_SANDBOX":"true"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("envs %s lack %s", body, want)
+		}
+	}
+	// The pool's private token no longer opens envd.
+	stale := rec
+	stale.EnvdAccessToken = w.token
+	if status, _ := envdEnv(t, e.mgr, stale); status != http.StatusUnauthorized {
+		t.Errorf("the warm token still works: %d", status)
+	}
+	got, err := e.store.GetSandbox(context.Background(), rec.ID)
+	if err != nil || got.State != store.StateRunning || got.Slot == "" {
+		t.Errorf("record %+v, %v", got, err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	e := start(t, newStore(t), Config{MaxSandboxes: 2, MaxPerTeam: 1})
+	defer e.destroy()
+	if err := e.store.CreateTeam(context.Background(), store.Team{ID: "t2", Name: "t2", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.create(CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.create(CreateRequest{}); !errors.Is(err, ErrTeamLimit) {
+		t.Errorf("second sandbox of a team with a limit of 1: %v", err)
+	}
+	if _, err := e.create(CreateRequest{TeamID: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.create(CreateRequest{TeamID: "t3"}); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("third sandbox on a node with a limit of 2: %v", err)
+	}
+	if _, err := e.create(CreateRequest{TeamID: "t3", TemplateID: "nope"}); !errors.Is(err, ErrTemplateNotFound) {
+		t.Errorf("unknown template: %v", err)
+	}
+	if _, err := e.create(CreateRequest{TeamID: "t3", Timeout: -time.Second}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("negative timeout: %v", err)
+	}
+	if live, _ := e.mgr.Count(); live != 2 {
+		t.Errorf("%d live sandboxes, want 2: a refused create left one", live)
+	}
+}
+
+func TestReaperKillsExpired(t *testing.T) {
+	e := start(t, newStore(t), Config{ReapInterval: 100 * time.Millisecond})
+	defer e.destroy()
+	rec, err := e.create(CreateRequest{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := e.create(CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := e.mgr.SetTimeout(ctx, "t1", rec.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := e.store.GetSandbox(ctx, rec.ID); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired sandbox was not removed within 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := e.mgr.Get(ctx, "t1", keep.ID); err != nil {
+		t.Errorf("the other sandbox: %v", err)
+	}
+	if err := e.mgr.Kill(ctx, "t1", rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("killing the reaped sandbox: %v", err)
+	}
+	if err := e.mgr.Kill(ctx, "t2", keep.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another team killed it: %v", err)
+	}
+}
+
+func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
+	st := newStore(t)
+	e := start(t, st, Config{})
+	rec, err := e.create(CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A create interrupted by a crash leaves a "creating" record.
+	half := rec
+	half.ID, half.State, half.Slot = NewID(), store.StateCreating, ""
+	if err := st.CreateSandbox(ctx, half); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+
+	e = start(t, st, Config{})
+	defer e.destroy()
+	if _, err := st.GetSandbox(ctx, half.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the interrupted create's record is still there: %v", err)
+	}
+	got, err := e.mgr.Get(ctx, "t1", rec.ID)
+	if err != nil || got.State != store.StateRunning {
+		t.Fatalf("after restart: %+v, %v", got, err)
+	}
+	if status, body := envdEnv(t, e.mgr, rec); status != 200 {
+		t.Errorf("envd of the adopted sandbox: %d %s", status, body)
+	}
+	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+		t.Errorf("killing the adopted sandbox: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", rec.ID)); !os.IsNotExist(err) {
+		t.Errorf("its root filesystem is left: %v", err)
+	}
+}
+
+func TestPauseAndConnectResumes(t *testing.T) {
+	e := start(t, newStore(t), Config{})
+	defer e.destroy()
+	ctx := context.Background()
+	rec, err := e.create(CreateRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID); !ok || err != nil {
+		t.Fatalf("pause: %v %v", ok, err)
+	}
+	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StatePaused {
+		t.Errorf("state %s after pause", got.State)
+	}
+	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute); !resumed || err != nil {
+		t.Errorf("connect: resumed=%v %v", resumed, err)
+	}
+	if status, _ := envdEnv(t, e.mgr, rec); status != 200 {
+		t.Errorf("envd after resume: %d", status)
+	}
+	// Traffic resumes a paused autoResume sandbox.
+	e.mgr.Pause(ctx, "t1", rec.ID)
+	if _, err := e.mgr.Resolve(ctx, rec.ID); err != nil {
+		t.Errorf("resolve: %v", err)
+	}
+	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StateRunning {
+		t.Errorf("state %s after traffic", got.State)
+	}
+}

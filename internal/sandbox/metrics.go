@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Metric is one sample of a sandbox's resource use.
+type Metric struct {
+	Time       time.Time
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    int64
+	MemTotal   int64
+	DiskUsed   int64
+	DiskTotal  int64
+}
+
+// sampleInterval is how often running sandboxes are sampled, and
+// sampleKeep how many samples each keeps (an hour's worth).
+const (
+	sampleInterval = 5 * time.Second
+	sampleKeep     = 720
+)
+
+// sampler keeps a sandbox's recent samples and what the next CPU
+// percentage is computed from.
+type sampler struct {
+	mu      sync.Mutex
+	samples []Metric
+	lastCPU uint64
+	lastAt  time.Time
+}
+
+func newSampler() *sampler { return &sampler{} }
+
+// sample reads the sandbox's cgroup and file system now and records it.
+func (m *Manager) sample(ctx context.Context, l *live, cpuCount, memoryMB int, startedAt time.Time) (Metric, error) {
+	st, err := m.cfg.Node.Stats(ctx, l.sb)
+	if err != nil {
+		return Metric{}, err
+	}
+	now := time.Now()
+	s := l.metrics
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since := s.lastAt
+	if since.IsZero() {
+		since = startedAt
+	}
+	met := Metric{Time: now, CPUCount: cpuCount, MemUsed: int64(st.MemoryBytes), MemTotal: int64(memoryMB) << 20}
+	if st.MemoryLimitBytes > 0 {
+		met.MemTotal = int64(st.MemoryLimitBytes)
+	}
+	if wall := now.Sub(since); wall > 0 && st.CPUUsageNs >= s.lastCPU && cpuCount > 0 {
+		met.CPUUsedPct = float64(st.CPUUsageNs-s.lastCPU) / float64(wall.Nanoseconds()) / float64(cpuCount) * 100
+		met.CPUUsedPct = min(met.CPUUsedPct, 100)
+	}
+	// overlayfs reports its upper file system: the sandbox's own disk.
+	var fs unix.Statfs_t
+	if l.sb.Rootfs != nil && unix.Statfs(l.sb.Rootfs.Dir(), &fs) == nil {
+		met.DiskTotal = int64(fs.Blocks) * fs.Bsize
+		met.DiskUsed = int64(fs.Blocks-fs.Bfree) * fs.Bsize
+	}
+	s.lastCPU, s.lastAt = st.CPUUsageNs, now
+	s.samples = append(s.samples, met)
+	if len(s.samples) > sampleKeep {
+		s.samples = s.samples[len(s.samples)-sampleKeep:]
+	}
+	return met, nil
+}
+
+// Metrics returns a sandbox's samples between start and end (zero: open).
+// A sandbox not sampled yet is sampled now, so there is always one.
+func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]Metric, error) {
+	rec, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	l.metrics.mu.Lock()
+	empty := len(l.metrics.samples) == 0
+	l.metrics.mu.Unlock()
+	if empty {
+		if _, err := m.sample(ctx, l, rec.CPUCount, rec.MemoryMB, rec.StartedAt); err != nil {
+			return nil, err
+		}
+	}
+	l.metrics.mu.Lock()
+	defer l.metrics.mu.Unlock()
+	out := []Metric{}
+	for _, s := range l.metrics.samples {
+		if (!start.IsZero() && s.Time.Before(start)) || (!end.IsZero() && s.Time.After(end)) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// sampleLoop samples every running sandbox each sampleInterval.
+func (m *Manager) sampleLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(sampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var running []*live
+		for _, l := range m.live {
+			if !l.paused {
+				running = append(running, l)
+			}
+		}
+		m.mu.Unlock()
+		for _, l := range running {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if rec, err := m.cfg.Store.GetSandbox(ctx, l.id); err == nil && rec.State == "running" {
+				_, _ = m.sample(ctx, l, rec.CPUCount, rec.MemoryMB, rec.StartedAt)
+			}
+			cancel()
+		}
+	}
+}

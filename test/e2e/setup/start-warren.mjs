@@ -1,0 +1,123 @@
+import { spawn } from 'node:child_process'
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+export const warrenBinary = path.join(repo, 'bin', 'warren')
+// `make setup` installs runsc and builds the base template here.
+const installed = process.env.WARREN_SETUP_DIR || '/var/lib/warren'
+
+// freePort asks the kernel for a free loopback port.
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer()
+    srv.once('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address()
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+// newDataDir makes a temporary data directory that shares the installed
+// runtimes, layers and templates (read-only use) but has its own store,
+// credentials and sandboxes.
+export function newDataDir() {
+  for (const p of ['bin/runsc', 'layers', 'templates/base.json']) {
+    if (!existsSync(path.join(installed, p))) {
+      throw new Error(`${installed}/${p} is missing: run \`make setup\` first`)
+    }
+  }
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-'))
+  mkdirSync(path.join(dir, 'bin'))
+  symlinkSync(path.join(installed, 'bin', 'runsc'), path.join(dir, 'bin', 'runsc'))
+  symlinkSync(path.join(installed, 'layers'), path.join(dir, 'layers'))
+  symlinkSync(path.join(installed, 'templates'), path.join(dir, 'templates'))
+  return dir
+}
+
+// startWarren runs `warren serve` on free loopback ports, in its own
+// data dir, run dir, cgroup and network range (instance picks them, so
+// that several can run at once and beside a `make run`), and waits until
+// GET /health answers 200. It returns the SDK's settings and stop().
+export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, poolSize = 1, extraArgs = [], timeoutMs = 60_000 } = {}) {
+  if (!existsSync(warrenBinary)) throw new Error(`${warrenBinary} is missing: run \`make build\` first`)
+  const apiPort = await freePort()
+  const proxyPort = await freePort()
+  const args = [
+    'serve', '--data-dir', dataDir,
+    '--api-addr', `127.0.0.1:${apiPort}`, '--proxy-addr', `127.0.0.1:${proxyPort}`,
+    // runsc keeps a mount in its state dir: a fixed one per instance, not
+    // one per temporary data dir.
+    '--run-dir', `/run/warren-${instance}`, '--cgroup-parent', `/warren-${instance}`,
+    '--network-prefix', `w${instance}`, '--network-cidr', `10.${net16}.0.0/16`,
+    '--pool-size', String(poolSize), ...extraArgs,
+  ]
+  const env = { ...process.env }
+  delete env.WARREN_API_KEY
+  delete env.WARREN_ACCESS_TOKEN
+  const proc = spawn(warrenBinary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  const keep = (d) => {
+    output += d
+    if (process.env.WARREN_E2E_VERBOSE) process.stderr.write(d)
+  }
+  proc.stdout.on('data', keep)
+  proc.stderr.on('data', keep)
+  let exited = null
+  proc.on('exit', (code, signal) => { exited = { code, signal } })
+  const reap = () => proc.kill('SIGKILL')
+  process.once('exit', reap)
+
+  const apiUrl = `http://127.0.0.1:${apiPort}`
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (exited) throw new Error(`warren serve exited during start: ${JSON.stringify(exited)}\n${output}`)
+    try {
+      const res = await fetch(`${apiUrl}/health`, { signal: AbortSignal.timeout(1000) })
+      if (res.status === 200) break
+    } catch {}
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      throw new Error(`warren serve did not answer ${apiUrl}/health within ${timeoutMs} ms\n${output}`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  const creds = Object.fromEntries(readFileSync(path.join(dataDir, 'credentials'), 'utf8')
+    .trim().split('\n').map((l) => l.split('=')))
+  return {
+    dataDir,
+    apiUrl,
+    sandboxUrl: `http://127.0.0.1:${proxyPort}`,
+    proxyPort,
+    apiKey: creds.E2B_API_KEY,
+    accessToken: creds.E2B_ACCESS_TOKEN,
+    output: () => output,
+    // stop ends warren with SIGTERM; sandboxes keep running unless
+    // cleanup is set, which kills them first through the API.
+    async stop({ removeDataDir = false } = {}) {
+      process.off('exit', reap)
+      if (!exited) {
+        const gone = new Promise((r) => proc.once('exit', r))
+        proc.kill('SIGTERM')
+        const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000)
+        await gone
+        clearTimeout(timer)
+      }
+      if (removeDataDir) rmSync(dataDir, { recursive: true, force: true })
+    },
+  }
+}
+
+// killAll kills every sandbox the server lists, so that nothing outlives a test run.
+export async function killAll(w) {
+  const headers = { 'X-API-Key': w.apiKey }
+  const res = await fetch(`${w.apiUrl}/v2/sandboxes?limit=100`, { headers })
+  if (!res.ok) return
+  for (const sb of await res.json()) {
+    await fetch(`${w.apiUrl}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers })
+  }
+}
