@@ -17,7 +17,7 @@ const BaseTemplateID = "base"
 // baseRecipe names the recipe in debian.go; change it whenever the recipe
 // changes so that `warren setup` rebuilds the base on machines that have an
 // old one. The old layer stays (sandboxes may still run on it).
-const baseRecipe = "debian-bookworm-v2"
+const baseRecipe = "debian-bookworm-v3"
 
 // BaseOptions configures EnsureBase.
 type BaseOptions struct {

@@ -153,6 +153,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rt := &route{sandboxID: id, port: port, target: t}
+	// The upstream may answer before it has read the whole request body
+	// (a Connect stream answers once it has the first message). Without
+	// full duplex, net/http would then drain the body itself, racing the
+	// transport that is still copying it upstream, which breaks the
+	// upstream connection mid-response.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
 }
 

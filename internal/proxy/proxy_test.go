@@ -201,3 +201,63 @@ func TestWebSocketUpgrade(t *testing.T) {
 		t.Errorf("echo through the upgraded connection: %q %v", buf, err)
 	}
 }
+
+// TestFullDuplex: an upstream that answers before it has read the whole
+// request body (as a Connect stream does) must still get all of it, and
+// the response must not break. Without full duplex, net/http drains the
+// body itself once the proxy flushes the response headers.
+func TestFullDuplex(t *testing.T) {
+	pu, port := setup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
+		io.WriteString(w, "started\n")
+		w.(http.Flusher).Flush()
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "got %q %v\n", b, err)
+	}), Target{})
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", pu, pr)
+	req.Host = fmt.Sprintf("%d-sbx1.localhost", port)
+	req.ContentLength = 10
+	done := make(chan *http.Response, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			close(done)
+			return
+		}
+		done <- res
+	}()
+	io.WriteString(pw, "hello")
+	var res *http.Response
+	select {
+	case res = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no response headers before the body ended")
+	}
+	if res == nil {
+		return
+	}
+	defer res.Body.Close()
+	br := bufio.NewReader(res.Body)
+	if line, _ := br.ReadString('\n'); line != "started\n" {
+		t.Fatalf("first line %q", line)
+	}
+	go func() {
+		io.WriteString(pw, "world")
+		pw.Close()
+	}()
+	got := make(chan string, 1)
+	go func() {
+		line, _ := br.ReadString('\n')
+		got <- line
+	}()
+	select {
+	case line := <-got:
+		if line != "got \"helloworld\" <nil>\n" {
+			t.Errorf("upstream read %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the rest of the body never reached the upstream")
+	}
+}

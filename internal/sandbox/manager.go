@@ -112,6 +112,9 @@ type Manager struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// warmTransport carries warm-up requests; no connection is kept, so
+	// none outlives a warm sandbox that is discarded.
+	warmTransport *http.Transport
 }
 
 // live is a sandbox of this node, with what serving it needs in memory.
@@ -154,12 +157,13 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		live:    map[string]*live{},
-		perTeam: map[string]int{},
-		pools:   map[string]*pool{},
-		stop:    make(chan struct{}),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		live:          map[string]*live{},
+		perTeam:       map[string]int{},
+		pools:         map[string]*pool{},
+		stop:          make(chan struct{}),
+		warmTransport: &http.Transport{DisableKeepAlives: true},
 	}, nil
 }
 

@@ -150,6 +150,10 @@ func (p *pool) start(ctx context.Context) (*warm, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := warmUp(ctx, sb, token, tmpl.User, m.warmTransport); err != nil {
+		m.discard(sb)
+		return nil, err
+	}
 	return &warm{sb: sb, token: token, layers: tmpl.Layers}, nil
 }
 
