@@ -7,6 +7,10 @@ echo "## envd through the E2B SDK (debug mode, localhost)"
 (cd test/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null && node bench/envd.mjs)
 
 echo
+echo "## the platform through the E2B SDK (real warren serve, loopback)"
+(cd test/e2e && node bench/platform.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
