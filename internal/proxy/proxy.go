@@ -145,12 +145,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": err.Error(), "code": http.StatusBadGateway})
 		return
 	}
-	if port != EnvdPort && t.TrafficToken != "" {
-		got := r.Header.Get("e2b-traffic-access-token")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(t.TrafficToken)) != 1 {
-			writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "message": "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header", "code": http.StatusForbidden})
-			return
-		}
+	if !trafficAllowed(port, t.TrafficToken, r.Header.Get("e2b-traffic-access-token")) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "message": "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header", "code": http.StatusForbidden})
+		return
 	}
 	rt := &route{sandboxID: id, port: port, target: t}
 	// The upstream may answer before it has read the whole request body
@@ -160,6 +157,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// upstream connection mid-response.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
+}
+
+// trafficAllowed reports whether a request to port passes the sandbox's
+// traffic token check. envd's port is exempt (the SDK authenticates to envd
+// with envd's own access token); this is apart from ServeHTTP so that the
+// exemption is testable without listening on EnvdPort.
+func trafficAllowed(port int, want, got string) bool {
+	if port == EnvdPort || want == "" {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // parse finds the sandbox and port a request is for.
@@ -210,7 +218,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	rt := r.Context().Value(routeKey{}).(*route)
 	if r.Context().Err() != nil {
-		return // the client left; nobody reads an answer
+		// The client left: not an error, and nobody reads an answer.
+		p.log.Debug("sandbox client went away", "sandbox", rt.sandboxID, "port", rt.port, "err", err)
+		return
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {

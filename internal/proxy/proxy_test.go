@@ -110,7 +110,8 @@ func TestErrors(t *testing.T) {
 	if m := jsonBody(t, body); status != 502 || m["sandboxId"] != "gone" || m["message"] != "The sandbox was not found" || m["code"] != 502.0 {
 		t.Errorf("unknown sandbox: %d %s", status, body)
 	}
-	if status, body, _ = do(t, "GET", pu, fmt.Sprintf("%d-moving.localhost", port), nil); status != 409 {
+	status, body, hdr = do(t, "GET", pu, fmt.Sprintf("%d-moving.localhost", port), nil)
+	if status != 409 || jsonBody(t, body)["code"] != 409.0 || hdr.Get("Content-Type") != "application/json" {
 		t.Errorf("transitioning: %d %s", status, body)
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -140,31 +141,47 @@ func TestTrafficTokenAndMaskedHost(t *testing.T) {
 func TestStreamsWithoutBuffering(t *testing.T) {
 	release := make(chan struct{})
 	pu, port := setup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A declared length: ReverseProxy flushes bodies of unknown length
+		// at once whatever its FlushInterval, so only this proves ours.
+		w.Header().Set("Content-Length", "13")
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
-		<-release
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
 		io.WriteString(w, "second\n")
 	}), Target{})
-	defer close(release)
-	req, _ := http.NewRequest("GET", pu, nil)
+	// Canceled first at cleanup, so a buffering proxy fails the test
+	// rather than hanging it (not even the headers would come).
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", pu, nil)
 	req.Host = fmt.Sprintf("%d-sbx1.localhost", port)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
+	var br *bufio.Reader
 	got := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(res.Body).ReadString('\n')
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		br = bufio.NewReader(res.Body)
+		line, _ := br.ReadString('\n')
 		got <- line
 	}()
 	select {
 	case line := <-got:
 		if line != "first\n" {
-			t.Errorf("first chunk %q", line)
+			t.Fatalf("first chunk %q", line)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first chunk did not arrive before the response ended: the proxy buffers")
+	}
+	release <- struct{}{}
+	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
+		t.Errorf("after the first chunk: %q %v", rest, err)
 	}
 }
 
@@ -215,6 +232,9 @@ func TestFullDuplex(t *testing.T) {
 		fmt.Fprintf(w, "got %q %v\n", b, err)
 	}), Target{})
 	pr, pw := io.Pipe()
+	// Registered after setup's, so it runs first: on failure, end the
+	// request body so the servers can close instead of hanging the test.
+	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
 	req, _ := http.NewRequest("POST", pu, pr)
 	req.Host = fmt.Sprintf("%d-sbx1.localhost", port)
 	req.ContentLength = 10
@@ -259,5 +279,26 @@ func TestFullDuplex(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("the rest of the body never reached the upstream")
+	}
+}
+
+// TestTrafficTokenExemptsEnvd: envd's port skips the traffic token (the SDK
+// authenticates to envd with its own token); no test can listen on it, so
+// this checks the decision directly.
+func TestTrafficTokenExemptsEnvd(t *testing.T) {
+	for _, c := range []struct {
+		port      int
+		want, got string
+		ok        bool
+	}{
+		{EnvdPort, "secret", "", true},
+		{8080, "", "", true},
+		{8080, "secret", "", false},
+		{8080, "secret", "wrong", false},
+		{8080, "secret", "secret", true},
+	} {
+		if ok := trafficAllowed(c.port, c.want, c.got); ok != c.ok {
+			t.Errorf("trafficAllowed(%d, %q, %q) = %v", c.port, c.want, c.got, ok)
+		}
 	}
 }
