@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -120,12 +121,18 @@ func copySparse(src, dst string) (_ *os.File, err error) {
 // exec of losetup. The caller closes the returned device once it is
 // mounted (or to give it up).
 func attachLoop(f *os.File) (*os.File, error) {
+	// GET_FREE hands the same device to concurrent callers until one has
+	// configured it: serialise this process's attaches (about 1 ms each),
+	// and retry only for other processes.
+	loopMu.Lock()
+	defer loopMu.Unlock()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer ctl.Close()
-	for attempt := 0; attempt < 10; attempt++ {
+	const attempts = 50
+	for attempt := 0; attempt < attempts; attempt++ {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("image: finding a free loop device: %w", err)
@@ -146,6 +153,9 @@ func attachLoop(f *os.File) (*os.File, error) {
 			return nil, fmt.Errorf("image: configuring loop device: %w", err)
 		}
 		// Another process took it between GET_FREE and CONFIGURE: retry.
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
-	return nil, errors.New("image: no free loop device after 10 attempts")
+	return nil, fmt.Errorf("image: no free loop device after %d attempts", attempts)
 }
+
+var loopMu sync.Mutex

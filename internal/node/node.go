@@ -130,7 +130,11 @@ func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, err e
 			n.release(context.WithoutCancel(ctx), sb)
 		}
 	}()
-	if err := n.cfg.Runtime.Start(ctx, spec); err != nil {
+	// Not cancelled with ctx: a runtime killed half-way through its start
+	// can leave the sandbox's processes behind with its state gone, where
+	// Delete no longer finds them. A cancelled create finishes the start
+	// (bounded by the runtime's command timeout), then undoes it.
+	if err := n.cfg.Runtime.Start(context.WithoutCancel(ctx), spec); err != nil {
 		return nil, fmt.Errorf("node: starting sandbox %s: %w", req.ID, err)
 	}
 	if err := n.waitHealthy(ctx, sb); err != nil {
@@ -263,7 +267,7 @@ func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) 
 	}()
 	// The slot is fresh, so eth0 still has its address: gVisor needs it
 	// there to restore (it takes it into its own stack on start).
-	if err := n.cfg.Runtime.Restore(ctx, spec, imageDir); err != nil {
+	if err := n.cfg.Runtime.Restore(context.WithoutCancel(ctx), spec, imageDir); err != nil { // as in Create
 		return nil, fmt.Errorf("node: restoring sandbox %s: %w", req.ID, err)
 	}
 	if err := n.waitHealthy(ctx, sb); err != nil {

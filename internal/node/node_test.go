@@ -447,6 +447,28 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestCanceledCreateLeavesNothing: a create whose caller gives up while
+// runsc is starting the sandbox (a client hanging up, a server stopping)
+// must not leave the sandbox's processes behind; TestNothingLeft checks.
+func TestCanceledCreateLeavesNothing(t *testing.T) {
+	n := testNode(t, "runsc")
+	// Cancel at several points of the start: the runtime's own create,
+	// its start, and the wait for envd.
+	for i, after := range []time.Duration{20, 50, 80, 110, 140, 170, 200} {
+		req := baseRequest(t, fmt.Sprintf("fail-cancel%d", i))
+		ctx, cancel := context.WithTimeout(context.Background(), after*time.Millisecond)
+		sb, err := n.Create(ctx, req)
+		cancel()
+		if err == nil {
+			n.Delete(context.Background(), sb) // finished in time: nothing to undo
+			continue
+		}
+		if _, err := n.Runtime().State(context.Background(), req.ID); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("cancelled after %v ms: the runtime still knows the sandbox: %v", int(after), err)
+		}
+	}
+}
+
 // TestNothingLeft runs last (Go runs tests in source order) and lists what
 // the node tests could have leaked.
 func TestNothingLeft(t *testing.T) {
