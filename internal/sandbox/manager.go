@@ -553,10 +553,7 @@ func (m *Manager) kill(ctx context.Context, l *live) error {
 	}
 	m.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
-	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
-		s.State = store.StateKilled
-		return nil
-	}); err != nil {
+	if err := m.setState(ctx, l.id, store.StateKilled); err != nil {
 		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
 	}
 	l.transport.CloseIdleConnections()
@@ -642,26 +639,18 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string) (bool, error) {
 func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if m.isGone(l) {
-		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	paused, err := m.pausedNow(l)
+	if err != nil {
+		return false, err
 	}
-	m.mu.Lock()
-	paused := l.paused
-	m.mu.Unlock()
 	if paused {
 		return false, nil
 	}
-	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
-		s.State = store.StatePaused
-		return nil
-	}); err != nil {
+	if err := m.setState(ctx, l.id, store.StatePaused); err != nil {
 		return false, err
 	}
 	if err := m.cfg.Node.Pause(ctx, l.sb); err != nil {
-		m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
-			s.State = store.StateRunning
-			return nil
-		})
+		_ = m.setState(context.WithoutCancel(ctx), l.id, store.StateRunning)
 		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
 	}
 	l.transport.CloseIdleConnections()
@@ -675,22 +664,17 @@ func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if m.isGone(l) {
-		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	paused, err := m.pausedNow(l)
+	if err != nil {
+		return false, err
 	}
-	m.mu.Lock()
-	paused := l.paused
-	m.mu.Unlock()
 	if !paused {
 		return false, nil
 	}
 	if err := m.cfg.Node.Resume(ctx, l.sb); err != nil {
 		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
 	}
-	if _, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
-		s.State = store.StateRunning
-		return nil
-	}); err != nil {
+	if err := m.setState(ctx, l.id, store.StateRunning); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -699,10 +683,23 @@ func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
 	return true, nil
 }
 
-func (m *Manager) isGone(l *live) bool {
+// pausedNow reports whether a live sandbox is paused, or ErrNotFound if
+// it was killed meanwhile. The caller holds l.mu.
+func (m *Manager) pausedNow(l *live) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.live[l.id] != l
+	if m.live[l.id] != l {
+		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	}
+	return l.paused, nil
+}
+
+func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState) error {
+	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		s.State = st
+		return nil
+	})
+	return err
 }
 
 // Resolve implements proxy.Resolver: it finds a live sandbox for sandbox
