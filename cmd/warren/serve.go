@@ -85,7 +85,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if _, err := images.Template("base"); err != nil {
+	if _, err := images.Template(image.BaseTemplateID); err != nil {
 		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", f.dataDir, f.dataDir, err)
 	}
 	envd := f.envd

@@ -234,15 +234,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	req := sandbox.CreateRequest{
 		TeamID: teamOf(r), TemplateID: body.TemplateID, Timeout: timeout,
 		Metadata: map[string]string(deref(body.Metadata)), EnvVars: map[string]string(deref(body.EnvVars)),
-		AutoPause: derefBool(body.AutoPause), Secure: true, AllowInternetAccess: body.AllowInternetAccess,
+		AutoPause: deref(body.AutoPause), Secure: true, AllowInternetAccess: body.AllowInternetAccess,
 	}
 	if body.AutoResume != nil {
-		req.AutoResume = derefBool(body.AutoResume.Enabled)
+		req.AutoResume = deref(body.AutoResume.Enabled)
 	}
 	if n := body.Network; n != nil {
 		req.Extra.Network = &sandbox.Network{
-			AllowPublicTraffic: n.AllowPublicTraffic, AllowOut: derefSlice(n.AllowOut), DenyOut: derefSlice(n.DenyOut),
-			MaskRequestHost: derefStr(n.MaskRequestHost),
+			AllowPublicTraffic: n.AllowPublicTraffic, AllowOut: deref(n.AllowOut), DenyOut: deref(n.DenyOut),
+			MaskRequestHost: deref(n.MaskRequestHost),
 		}
 	}
 	if body.VolumeMounts != nil {
@@ -269,6 +269,12 @@ func (s *Server) sandboxOf(rec store.Sandbox) gen.Sandbox {
 }
 
 func (s *Server) listedOf(rec store.Sandbox) gen.ListedSandbox {
+	l, _ := s.listedAndExtra(rec)
+	return l
+}
+
+// listedAndExtra also returns the record's Extra, which it had to read.
+func (s *Server) listedAndExtra(rec store.Sandbox) (gen.ListedSandbox, sandbox.Extra) {
 	ex := sandbox.ParseExtra(rec.Extra)
 	meta := gen.StringMap(rec.Metadata)
 	if meta == nil {
@@ -283,7 +289,7 @@ func (s *Server) listedOf(rec store.Sandbox) gen.ListedSandbox {
 		StartedAt: rec.StartedAt.UTC(), EndAt: rec.EndAt.UTC(),
 		CpuCount: int32(rec.CPUCount), MemoryMB: int32(rec.MemoryMB), DiskSizeMB: int32(rec.DiskSizeMB),
 		EnvdVersion: rec.EnvdVersion, State: gen.SandboxState(rec.State), Metadata: &meta, VolumeMounts: &mounts,
-	}
+	}, ex
 }
 
 func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.SandboxID) {
@@ -292,7 +298,7 @@ func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.Sandb
 		s.fail(w, r, err)
 		return
 	}
-	l := s.listedOf(rec)
+	l, ex := s.listedAndExtra(rec)
 	d := gen.SandboxDetail{
 		TemplateID: l.TemplateID, SandboxID: l.SandboxID, ClientID: l.ClientID, Alias: l.Alias,
 		StartedAt: l.StartedAt, EndAt: l.EndAt, CpuCount: l.CpuCount, MemoryMB: l.MemoryMB, DiskSizeMB: l.DiskSizeMB,
@@ -304,7 +310,7 @@ func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.Sandb
 		onTimeout = gen.Pause
 	}
 	d.Lifecycle = &gen.SandboxLifecycle{AutoResume: rec.AutoResume, OnTimeout: onTimeout}
-	if n := sandbox.ParseExtra(rec.Extra).Network; n != nil {
+	if n := ex.Network; n != nil {
 		d.Network = &gen.SandboxNetworkConfig{AllowPublicTraffic: n.AllowPublicTraffic, AllowOut: &n.AllowOut, DenyOut: &n.DenyOut, MaskRequestHost: nonEmpty(n.MaskRequestHost)}
 	}
 	writeJSON(w, http.StatusOK, d)
@@ -590,10 +596,6 @@ func deref[T any](p *T) T {
 	}
 	return *p
 }
-
-func derefBool(p *bool) bool          { return deref(p) }
-func derefStr(p *string) string       { return deref(p) }
-func derefSlice(p *[]string) []string { return deref(p) }
 
 func nonEmpty(s string) *string {
 	if s == "" {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
@@ -63,12 +63,7 @@ func setupFixture(t testing.TB) {
 			f.err = err
 			return
 		}
-		f.envd = filepath.Join(dir, "envd")
-		cmd := exec.Command("go", "build", "-o", f.envd, "github.com/warren-sandbox/warren/cmd/envd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			f.err = fmt.Errorf("building envd: %v\n%s", err, out)
-		}
+		f.envd, f.err = testenv.BuildEnvd(dir)
 	})
 	if fixture.err != nil {
 		t.Fatal(fixture.err)

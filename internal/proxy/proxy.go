@@ -130,23 +130,23 @@ func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, port, err := p.parse(r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"code": http.StatusBadRequest, "message": err.Error()})
+		writeError(w, http.StatusBadRequest, "", 0, err.Error())
 		return
 	}
 	t, err := p.cfg.Resolver.Resolve(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
+		writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
 		return
 	case errors.Is(err, ErrTransitioning):
-		writeJSON(w, http.StatusConflict, map[string]any{"sandboxId": id, "message": "The sandbox is changing state, retry shortly", "code": http.StatusConflict})
+		writeError(w, http.StatusConflict, id, 0, "The sandbox is changing state, retry shortly")
 		return
 	case err != nil:
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": err.Error(), "code": http.StatusBadGateway})
+		writeError(w, http.StatusBadGateway, id, 0, err.Error())
 		return
 	}
 	if !trafficAllowed(port, t.TrafficToken, r.Header.Get("e2b-traffic-access-token")) {
-		writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "message": "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header", "code": http.StatusForbidden})
+		writeError(w, http.StatusForbidden, id, 0, "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header")
 		return
 	}
 	rt := &route{sandboxID: id, port: port, target: t}
@@ -224,17 +224,24 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
-		writeJSON(w, http.StatusBadGateway, map[string]any{
-			"sandboxId": rt.sandboxID, "message": "The sandbox is running but port is not open", "port": rt.port, "code": http.StatusBadGateway,
-		})
+		writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "The sandbox is running but port is not open")
 		return
 	}
 	p.log.Debug("sandbox request failed", "sandbox", rt.sandboxID, "port", rt.port, "err", err)
-	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": rt.sandboxID, "message": "sandbox request failed: " + err.Error(), "port": rt.port, "code": http.StatusBadGateway})
+	writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "sandbox request failed: "+err.Error())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeError writes E2B's proxy error body: code and message, and the
+// sandbox and port when known.
+func writeError(w http.ResponseWriter, status int, sandboxID string, port int, msg string) {
+	body := map[string]any{"code": status, "message": msg}
+	if sandboxID != "" {
+		body["sandboxId"] = sandboxID
+	}
+	if port != 0 {
+		body["port"] = port
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(body)
 }

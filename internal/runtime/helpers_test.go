@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // The integration tests run real sandboxes: root, real namespaces and
@@ -81,14 +83,7 @@ var (
 func buildEnvd(t testing.TB) string {
 	t.Helper()
 	envdOnce.Do(func() {
-		out := filepath.Join(fixtureDir, "envd")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/warren-sandbox/warren/cmd/envd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			envdErr = fmt.Errorf("go build envd: %v\n%s", err, b)
-			return
-		}
-		envdPath = out
+		envdPath, envdErr = testenv.BuildEnvd(fixtureDir)
 	})
 	if envdErr != nil {
 		t.Fatal(envdErr)

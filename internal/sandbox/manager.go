@@ -130,7 +130,10 @@ type live struct {
 	autoResume   bool
 	trafficToken string
 	maskHost     string
-	metrics      *sampler
+	// Fixed for the sandbox's life; what its metrics are computed with.
+	cpuCount, memoryMB int
+	startedAt          time.Time
+	metrics            sampler
 }
 
 // New returns a manager. Call Start before using it.
@@ -151,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Resources = DefaultResources
 	}
 	if cfg.PoolTemplates == nil {
-		cfg.PoolTemplates = []string{"base"}
+		cfg.PoolTemplates = []string{image.BaseTemplateID}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -174,8 +177,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	m.wg.Add(2)
-	go m.reapLoop()
-	go m.sampleLoop()
+	go m.every(m.cfg.ReapInterval, m.reap)
+	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.PoolSize > 0 {
 		for _, t := range m.cfg.PoolTemplates {
 			p := &pool{m: m, templateID: t, size: m.cfg.PoolSize, ready: make(chan *warm, m.cfg.PoolSize), kick: make(chan struct{}, 1)}
@@ -257,7 +260,7 @@ func (m *Manager) newLive(r store.Sandbox, sb *node.Sandbox) *live {
 	l := &live{
 		id: r.ID, teamID: r.TeamID, sb: sb, transport: proxy.NewTransport(),
 		paused: r.State == store.StatePaused, autoResume: r.AutoResume,
-		metrics: newSampler(),
+		cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
 	}
 	if ex.Network != nil {
 		if ex.Network.AllowPublicTraffic != nil && !*ex.Network.AllowPublicTraffic {
@@ -729,21 +732,22 @@ func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) 
 	return proxy.Target{IP: l.sb.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost}, nil
 }
 
-// reapLoop kills (or pauses) expired sandboxes.
-func (m *Manager) reapLoop() {
+// every runs fn each interval until the manager stops.
+func (m *Manager) every(interval time.Duration, fn func()) {
 	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.ReapInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.reap()
+			fn()
 		}
 	}
 }
 
+// reap kills (or pauses) expired sandboxes.
 func (m *Manager) reap() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

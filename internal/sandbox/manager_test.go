@@ -3,11 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // The manager tests run real sandboxes (runc, for speed) from the base
@@ -55,12 +54,7 @@ func setupFixture(t *testing.T) {
 				return
 			}
 		}
-		envdPath = filepath.Join(dir, "envd")
-		cmd := exec.Command("go", "build", "-o", envdPath, "github.com/warren-sandbox/warren/cmd/envd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fixtureErr = fmt.Errorf("building envd: %v\n%s", err, out)
-		}
+		envdPath, fixtureErr = testenv.BuildEnvd(dir)
 	})
 	if fixtureErr != nil {
 		t.Fatal(fixtureErr)

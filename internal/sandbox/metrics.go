@@ -35,23 +35,22 @@ type sampler struct {
 	lastAt  time.Time
 }
 
-func newSampler() *sampler { return &sampler{} }
-
 // sample reads the sandbox's cgroup and file system now and records it.
-func (m *Manager) sample(ctx context.Context, l *live, cpuCount, memoryMB int, startedAt time.Time) (Metric, error) {
+func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 	st, err := m.cfg.Node.Stats(ctx, l.sb)
 	if err != nil {
 		return Metric{}, err
 	}
 	now := time.Now()
-	s := l.metrics
+	s := &l.metrics
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	since := s.lastAt
 	if since.IsZero() {
-		since = startedAt
+		since = l.startedAt
 	}
-	met := Metric{Time: now, CPUCount: cpuCount, MemUsed: int64(st.MemoryBytes), MemTotal: int64(memoryMB) << 20}
+	cpuCount := l.cpuCount
+	met := Metric{Time: now, CPUCount: cpuCount, MemUsed: int64(st.MemoryBytes), MemTotal: int64(l.memoryMB) << 20}
 	if st.MemoryLimitBytes > 0 {
 		met.MemTotal = int64(st.MemoryLimitBytes)
 	}
@@ -76,10 +75,6 @@ func (m *Manager) sample(ctx context.Context, l *live, cpuCount, memoryMB int, s
 // Metrics returns a sandbox's samples between start and end (zero: open).
 // A sandbox not sampled yet is sampled now, so there is always one.
 func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]Metric, error) {
-	rec, err := m.Get(ctx, teamID, id)
-	if err != nil {
-		return nil, err
-	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return nil, err
@@ -88,7 +83,7 @@ func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end tim
 	empty := len(l.metrics.samples) == 0
 	l.metrics.mu.Unlock()
 	if empty {
-		if _, err := m.sample(ctx, l, rec.CPUCount, rec.MemoryMB, rec.StartedAt); err != nil {
+		if _, err := m.sample(ctx, l); err != nil {
 			return nil, err
 		}
 	}
@@ -104,31 +99,19 @@ func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end tim
 	return out, nil
 }
 
-// sampleLoop samples every running sandbox each sampleInterval.
-func (m *Manager) sampleLoop() {
-	defer m.wg.Done()
-	t := time.NewTicker(sampleInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
+// sampleRunning samples every running sandbox.
+func (m *Manager) sampleRunning() {
+	m.mu.Lock()
+	var running []*live
+	for _, l := range m.live {
+		if !l.paused {
+			running = append(running, l)
 		}
-		m.mu.Lock()
-		var running []*live
-		for _, l := range m.live {
-			if !l.paused {
-				running = append(running, l)
-			}
-		}
-		m.mu.Unlock()
-		for _, l := range running {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if rec, err := m.cfg.Store.GetSandbox(ctx, l.id); err == nil && rec.State == "running" {
-				_, _ = m.sample(ctx, l, rec.CPUCount, rec.MemoryMB, rec.StartedAt)
-			}
-			cancel()
-		}
+	}
+	m.mu.Unlock()
+	for _, l := range running {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = m.sample(ctx, l) // a sandbox killed meanwhile has no cgroup: skip it
+		cancel()
 	}
 }
