@@ -20,6 +20,8 @@ commands:
   setup     install the runtimes and the base template (idempotent)
   serve     run the platform: API, sandbox manager and sandbox proxy
   keys      manage API keys and access tokens: keys create|list|revoke
+  image     import an image archive (docker save, OCI layout tar): image import NAME ARCHIVE
+  template  build a template from a Dockerfile: template build --name NAME[:TAG] [DIR]
   version   print the version
 `
 
@@ -38,6 +40,10 @@ func main() {
 		err = runServe(ctx, os.Args[2:])
 	case "keys":
 		err = runKeys(ctx, os.Args[2:])
+	case "image":
+		err = runImage(ctx, os.Args[2:])
+	case "template":
+		err = runTemplate(ctx, os.Args[2:])
 	case "version":
 		fmt.Println("warren (development)")
 	default:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -28,7 +29,8 @@ type serveFlags struct {
 	dataDir, storeURL, apiAddr, proxyAddr, domain string
 	runtime, envd, runDir, cgroupParent           string
 	networkCIDR, networkPrefix, nodeName          string
-	maxSandboxes, maxPerTeam, poolSize            int
+	registryMirror                                string
+	maxSandboxes, maxPerTeam, poolSize, builds    int
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -49,6 +51,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.maxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")
 	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
+	fs.StringVar(&f.registryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
+	fs.IntVar(&f.builds, "build-concurrency", 2, "template builds that run at once; more wait")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -120,9 +124,17 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	builder, err := build.New(build.Config{
+		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
+		RegistryMirror: f.registryMirror, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: f.nodeName,
 		MaxSandboxes: f.maxSandboxes, MaxPerTeam: f.maxPerTeam, PoolSize: f.poolSize, Logger: log,
+		Resolve: resolveTemplate(builder),
 	})
 	if err != nil {
 		return err
@@ -135,12 +147,18 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 			log.Warn("stopping the sandbox manager", "err", err)
 		}
 	}()
+	// After the manager's start, which removed the build sandboxes a
+	// previous run left; closed before the manager.
+	if err := builder.Start(ctx); err != nil {
+		return err
+	}
+	defer builder.Close()
 	if live, _ := mgr.Count(); live > 0 {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
 
 	apiSrv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Sandboxes: mgr, ClientID: f.nodeName, Logger: log}),
+		Handler:           api.New(api.Config{Store: st, Sandboxes: mgr, Templates: builder, ClientID: f.nodeName, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	proxySrv := &http.Server{
@@ -172,4 +190,22 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// resolveTemplate lets the sandbox manager find templates through the
+// builder, which knows names, tags and builds.
+func resolveTemplate(b *build.Builder) func(context.Context, string, string) (sandbox.Template, error) {
+	return func(ctx context.Context, teamID, ref string) (sandbox.Template, error) {
+		r, err := b.Resolve(ctx, teamID, ref)
+		if errors.Is(err, build.ErrNotFound) {
+			return sandbox.Template{}, fmt.Errorf("%w: %v", sandbox.ErrTemplateNotFound, err)
+		}
+		if err != nil {
+			return sandbox.Template{}, err
+		}
+		if r.BuildID != "" {
+			b.Spawned(context.WithoutCancel(ctx), r.TemplateID)
+		}
+		return sandbox.Template{ID: r.TemplateID, Alias: r.Alias, Image: r.Image, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB}, nil
+	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -46,6 +47,9 @@ const (
 type Config struct {
 	Store     store.Store
 	Sandboxes *sandbox.Manager
+	// Templates builds and keeps templates; nil: the template endpoints
+	// answer 503.
+	Templates *build.Builder
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
 	Logger   *slog.Logger
@@ -78,7 +82,19 @@ func New(cfg Config) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 		},
 	})
-	return s.recoverPanics(s.authenticate(h))
+	return s.recoverPanics(s.authenticate(s.routeAlias(h)))
+}
+
+// routeAlias serves GET /templates/aliases/{alias}, which the generated
+// router cannot hold beside GET /templates/{templateID}/tags.
+func (s *Server) routeAlias(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if alias, ok := strings.CutPrefix(r.URL.Path, "/templates/aliases/"); ok && r.Method == http.MethodGet && alias != "" && !strings.Contains(alias, "/") {
+			s.GetTemplateAlias(w, r, alias)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type teamKey struct{}
@@ -86,10 +102,11 @@ type teamKey struct{}
 func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(string); return t }
 
 // authenticate resolves the caller's team from X-API-Key, or from an
-// access token in Authorization: Bearer. Only /health is open.
+// access token in Authorization: Bearer. Only /health and template file
+// uploads (whose URLs are signed) are open.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
+		if r.URL.Path == "/health" || (r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, build.UploadPathPrefix)) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -28,9 +28,9 @@ func Cleanup(dataDir string, known func(sandboxID string) bool) error {
 
 // Cleanup removes what a crashed run left behind: the root filesystems
 // (mounts, loop devices, files) of sandboxes that known does not
-// recognise (nil: none), interrupted layer builds nobody is running, and
-// half-formatted or outdated disk images. Call it before mounting
-// anything.
+// recognise (nil: none), interrupted layer builds and image layer unpacks
+// (layers/.tmp-oci-*) nobody is running, and half-formatted or outdated
+// disk images. Call it before mounting anything.
 func (s *Store) Cleanup(known func(sandboxID string) bool) error {
 	isKnown := func(id string) bool { return known != nil && known(id) }
 	var errs []error
@@ -45,6 +45,7 @@ func (s *Store) Cleanup(known func(sandboxID string) bool) error {
 	}
 	errs = append(errs, s.clearLoops(isKnown))
 	errs = append(errs, s.removeStaleBuilds())
+	errs = append(errs, s.removeStaleOCITemps())
 	// A format takes milliseconds, so an old temporary image is a crash's;
 	// an image of another format version will never be used again.
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, "disks", ".tmp-*"))

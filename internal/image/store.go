@@ -7,6 +7,8 @@
 //	layers/.build-<templateID>/   a layer being built; never used, removed
 //	                              by the next build or by Cleanup
 //	.<templateID>.lock            flock held while that template is built
+//	snapshots/<snapshotID>/       checkpoint image of a template's sandbox
+//	                              with its start command running
 //	templates/<templateID>.json   a template: its layer IDs (bottom first),
 //	                              the defaults of its sandboxes (user,
 //	                              workdir, envs, start and ready commands)
@@ -76,6 +78,10 @@ type Template struct {
 	Envs     map[string]string `json:"envs,omitempty"`
 	StartCmd string            `json:"startCmd,omitempty"`
 	ReadyCmd string            `json:"readyCmd,omitempty"`
+	// Snapshot, if set, names the checkpoint image (SnapshotDir) of a
+	// sandbox of these layers with StartCmd already running: sandboxes of
+	// the template are restored from it instead of booted.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Recipe identifies how a built-in template was made; a changed recipe
 	// makes setup rebuild it.
 	Recipe string `json:"recipe,omitempty"`
@@ -93,7 +99,7 @@ func Open(dataDir string) (*Store, error) {
 	if !filepath.IsAbs(dataDir) {
 		return nil, fmt.Errorf("image: data dir %q is not absolute", dataDir)
 	}
-	for _, d := range []string{"layers", "templates", "disks", "sandboxes"} {
+	for _, d := range []string{"layers", "templates", "disks", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o755); err != nil {
 			return nil, err
 		}

@@ -41,6 +41,12 @@ type Rootfs interface {
 	Unmount() error
 }
 
+// Committer is a Rootfs whose writes can be kept as a read-only layer.
+type Committer interface {
+	// Commit makes the writes layer layerID and removes the rootfs.
+	Commit(layerID string) error
+}
+
 // RootfsMounter mounts a root filesystem for a sandbox over read-only
 // layers, with diskSizeMB (0: no limit) enforced on its writable layer.
 type RootfsMounter interface {
@@ -211,6 +217,27 @@ func (n *Node) release(ctx context.Context, sb *Sandbox) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Commit stops the sandbox, keeps what it wrote to its root filesystem as
+// layer layerID, and releases everything else. The sandbox must have been
+// created with DiskSizeMB 0. Whatever fails, the sandbox is gone after.
+func (n *Node) Commit(ctx context.Context, sb *Sandbox, layerID string) error {
+	c, ok := sb.Rootfs.(Committer)
+	if !ok {
+		n.release(ctx, sb)
+		return errors.New("node: this root filesystem cannot be committed")
+	}
+	if err := n.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
+		n.release(ctx, sb)
+		return fmt.Errorf("node: stopping %s: %w", sb.ID, err)
+	}
+	err := c.Commit(layerID)
+	sb.Rootfs = nil // Commit removes it, failed or not
+	if rerr := n.release(ctx, sb); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // Adopt takes over a sandbox a previous run of the caller started and

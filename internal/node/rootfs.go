@@ -18,7 +18,7 @@ func (m imageRootfs) Mount(ctx context.Context, id string, layers []string, disk
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
-	return r, nil
+	return mounted{r, m.s}, nil
 }
 
 func (m imageRootfs) Adopt(id string) (Rootfs, bool) {
@@ -28,3 +28,11 @@ func (m imageRootfs) Adopt(id string) (Rootfs, bool) {
 	}
 	return r, true
 }
+
+// mounted is a root filesystem this node mounted, which can be committed.
+type mounted struct {
+	*image.Rootfs
+	s *image.Store
+}
+
+func (m mounted) Commit(layerID string) error { return m.Rootfs.Commit(m.s, layerID) }

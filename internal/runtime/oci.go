@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -18,6 +20,12 @@ type ociOptions struct {
 	maskHost bool
 	// pidsLimit is written to the host pids cgroup; <= 0 means no limit.
 	pidsLimit int64
+	// diskTmp mounts the root filesystem's own /tmp at /tmp (runsc).
+	// gVisor otherwise puts an internal tmpfs over an empty /tmp: files
+	// written there would live in memory, escape the disk limit, vanish
+	// from template builds' layers and differ from E2B, where /tmp is on
+	// the sandbox's disk.
+	diskTmp bool
 }
 
 // defaultPath is envd's PATH when the caller sets none.
@@ -141,6 +149,14 @@ func buildMounts(s *Spec, o ociOptions) []specs.Mount {
 	if s.Hosts != "" {
 		ms = append(ms, bind(s.Hosts, "/etc/hosts", true))
 	}
+	if o.diskTmp {
+		// Only a real directory: the rootfs comes from images, and a
+		// symlink there would be followed on the host.
+		tmp := filepath.Join(s.RootFS, "tmp")
+		if fi, err := os.Lstat(tmp); err == nil && fi.IsDir() {
+			ms = append(ms, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw"}})
+		}
+	}
 	for _, m := range s.Mounts {
 		ms = append(ms, bind(m.Source, path.Clean(m.Destination), m.ReadOnly))
 	}
@@ -198,7 +214,8 @@ func buildResources(s *Spec, o ociOptions) *specs.LinuxResources {
 		r.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &swap}
 	}
 	if o.pidsLimit > 0 {
-		r.Pids = &specs.LinuxPids{Limit: o.pidsLimit}
+		limit := o.pidsLimit
+		r.Pids = &specs.LinuxPids{Limit: &limit}
 	}
 	return r
 }

@@ -111,8 +111,8 @@ func TestBuildOCI(t *testing.T) {
 	if *r.Memory.Limit != 512<<20 || *r.Memory.Swap != 512<<20 {
 		t.Errorf("memory = %d swap %d", *r.Memory.Limit, *r.Memory.Swap)
 	}
-	if r.Pids.Limit != 100 {
-		t.Errorf("pids = %d", r.Pids.Limit)
+	if r.Pids.Limit == nil || *r.Pids.Limit != 100 {
+		t.Errorf("pids = %v", r.Pids.Limit)
 	}
 	if len(l.MaskedPaths) == 0 || len(l.ReadonlyPaths) == 0 {
 		t.Error("runc specs mask host paths")
@@ -140,7 +140,7 @@ func TestBuildOCIRunscDifferences(t *testing.T) {
 	if o.Linux.Resources.CPU != nil || o.Linux.Resources.Memory != nil {
 		t.Error("no CPU/memory limits when CPUCount/MemoryMB are 0")
 	}
-	if got, want := o.Linux.Resources.Pids.Limit, int64(defaultPidsLimit*runscPidsFactor+runscPidsBase); got != want {
+	if got, want := *o.Linux.Resources.Pids.Limit, int64(defaultPidsLimit*runscPidsFactor+runscPidsBase); got != want {
 		t.Errorf("runsc host pids limit = %d, want %d", got, want)
 	}
 	s.PidsLimit = -1

@@ -130,7 +130,7 @@ func (r *Runsc) ociOptions(s *Spec) ociOptions {
 	if pids > 0 {
 		pids = pids*runscPidsFactor + runscPidsBase
 	}
-	return ociOptions{pidsLimit: pids}
+	return ociOptions{pidsLimit: pids, diskTmp: true}
 }
 
 // Start implements Runtime.

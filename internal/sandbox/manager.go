@@ -93,9 +93,24 @@ type Config struct {
 	// ReapInterval is how often expired sandboxes are looked for.
 	// Default 1s.
 	ReapInterval time.Duration
-	// Resources are the limits of every sandbox. Default DefaultResources.
+	// Resources are the limits of every sandbox whose template names
+	// none. Default DefaultResources.
 	Resources Resources
-	Logger    *slog.Logger
+	// Resolve finds the template a create names (an ID, a name, a
+	// name:tag...). Default: the image store's template of that ID.
+	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
+	Logger  *slog.Logger
+}
+
+// Template is what a create's templateID resolved to.
+type Template struct {
+	// ID and Alias are what the sandbox's record says.
+	ID    string
+	Alias string
+	Image *image.Template
+	// CPUCount and MemoryMB, if not 0, replace Config.Resources'.
+	CPUCount int
+	MemoryMB int
 }
 
 // Manager runs sandboxes on one node. Its methods are safe for concurrent use.
@@ -158,6 +173,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Resolve == nil {
+		images := cfg.Images
+		cfg.Resolve = func(_ context.Context, _, ref string) (Template, error) {
+			t, err := images.Template(ref)
+			if err != nil {
+				return Template{}, fmt.Errorf("%w: %q", ErrTemplateNotFound, ref)
+			}
+			return Template{ID: t.ID, Alias: t.ID, Image: t}, nil
+		}
 	}
 	return &Manager{
 		cfg:           cfg,
@@ -292,10 +317,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
-	tmpl, err := m.cfg.Images.Template(req.TemplateID)
+	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
 	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
+		return store.Sandbox{}, err
 	}
+	tmpl := resolved.Image
 	onlyWarm, err := m.reserve(req.TeamID)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -308,13 +334,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}()
 	now := time.Now()
 	rec := store.Sandbox{
-		TeamID: req.TeamID, TemplateID: tmpl.ID, Alias: tmpl.ID, State: store.StateCreating,
+		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
 		StartedAt: now, EndAt: now.Add(req.Timeout),
 		CPUCount: m.cfg.Resources.CPUCount, MemoryMB: m.cfg.Resources.MemoryMB, DiskSizeMB: m.cfg.Resources.DiskSizeMB,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
+	}
+	if resolved.CPUCount > 0 {
+		rec.CPUCount = resolved.CPUCount
+	}
+	if resolved.MemoryMB > 0 {
+		rec.MemoryMB = resolved.MemoryMB
 	}
 
 	var sb *node.Sandbox
@@ -350,10 +382,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
 		}
-		sb, err = m.cfg.Node.Create(ctx, node.CreateRequest{
+		nreq := node.CreateRequest{
 			ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
 			AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
-		})
+		}
+		if tmpl.Snapshot != "" {
+			// Restored with its start command running. The envd in the
+			// snapshot has no token; /init gives it this sandbox's.
+			token = ""
+			nreq.AccessToken = ""
+			sb, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
+		} else {
+			sb, err = m.cfg.Node.Create(ctx, nreq)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
 		}

@@ -1,5 +1,6 @@
 // Package store persists Warren's control-plane state: teams, their API
-// keys and access tokens, and sandboxes.
+// keys and access tokens, sandboxes, and templates with their builds,
+// build logs and tags.
 //
 // One implementation serves both databases through database/sql: SQLite
 // (modernc.org/sqlite, pure Go, WAL) is the embedded default of a single
@@ -145,6 +146,8 @@ type Store interface {
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
 	// ExpiredSandboxes lists running or paused sandboxes whose EndAt has passed.
 	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
+
+	TemplateStore
 
 	Close() error
 }

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 const (
-	ApiKeyAuthScopes = "ApiKeyAuth.Scopes"
+	AccessTokenAuthScopes = "AccessTokenAuth.Scopes"
+	ApiKeyAuthScopes      = "ApiKeyAuth.Scopes"
 )
 
 // Defines values for SandboxLifecycleOnTimeout.
@@ -30,11 +32,50 @@ const (
 	Running SandboxState = "running"
 )
 
+// Defines values for TemplateBuildStatus.
+const (
+	TemplateBuildStatusBuilding TemplateBuildStatus = "building"
+	TemplateBuildStatusError    TemplateBuildStatus = "error"
+	TemplateBuildStatusReady    TemplateBuildStatus = "ready"
+	TemplateBuildStatusUploaded TemplateBuildStatus = "uploaded"
+	TemplateBuildStatusWaiting  TemplateBuildStatus = "waiting"
+)
+
 // Defines values for ListSandboxesV2ParamsOrder.
 const (
 	Asc  ListSandboxesV2ParamsOrder = "asc"
 	Desc ListSandboxesV2ParamsOrder = "desc"
 )
+
+// AssignTemplateTagsRequest defines model for AssignTemplateTagsRequest.
+type AssignTemplateTagsRequest struct {
+	Tags []string `json:"tags"`
+
+	// Target name:tag whose build gets the tags
+	Target string `json:"target"`
+}
+
+// AssignedTemplateTags defines model for AssignedTemplateTags.
+type AssignedTemplateTags struct {
+	BuildID string   `json:"buildID"`
+	Tags    []string `json:"tags"`
+}
+
+// BuildLogEntry defines model for BuildLogEntry.
+type BuildLogEntry struct {
+	// Level debug, info, warn or error.
+	Level     LogLevel  `json:"level"`
+	Message   string    `json:"message"`
+	Step      *string   `json:"step,omitempty"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// BuildStatusReason defines model for BuildStatusReason.
+type BuildStatusReason struct {
+	LogEntries *[]BuildLogEntry `json:"logEntries,omitempty"`
+	Message    string           `json:"message"`
+	Step       *string          `json:"step,omitempty"`
+}
 
 // ConnectSandbox defines model for ConnectSandbox.
 type ConnectSandbox struct {
@@ -42,11 +83,30 @@ type ConnectSandbox struct {
 	Timeout *int32 `json:"timeout,omitempty"`
 }
 
+// DeleteTemplateTagsRequest defines model for DeleteTemplateTagsRequest.
+type DeleteTemplateTagsRequest struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	// Code The HTTP status.
 	Code    int32  `json:"code"`
 	Message string `json:"message"`
+}
+
+// FromImageRegistry defines model for FromImageRegistry.
+type FromImageRegistry struct {
+	AwsAccessKeyId     *string `json:"awsAccessKeyId,omitempty"`
+	AwsRegion          *string `json:"awsRegion,omitempty"`
+	AwsSecretAccessKey *string `json:"awsSecretAccessKey,omitempty"`
+	Password           *string `json:"password,omitempty"`
+	ServiceAccountJson *string `json:"serviceAccountJson,omitempty"`
+
+	// Type registry
+	Type     string  `json:"type"`
+	Username *string `json:"username,omitempty"`
 }
 
 // Health defines model for Health.
@@ -70,6 +130,9 @@ type ListedSandbox struct {
 	TemplateID   string         `json:"templateID"`
 	VolumeMounts *[]VolumeMount `json:"volumeMounts,omitempty"`
 }
+
+// LogLevel debug, info, warn or error.
+type LogLevel = string
 
 // NewSandbox defines model for NewSandbox.
 type NewSandbox struct {
@@ -187,17 +250,155 @@ type SandboxState string
 // StringMap defines model for StringMap.
 type StringMap map[string]string
 
+// TeamUser defines model for TeamUser.
+type TeamUser struct {
+	Email *string            `json:"email"`
+	Id    openapi_types.UUID `json:"id"`
+}
+
+// Template defines model for Template.
+type Template struct {
+	Aliases       []string             `json:"aliases"`
+	BuildCount    int32                `json:"buildCount"`
+	BuildID       string               `json:"buildID"`
+	BuildStatus   *TemplateBuildStatus `json:"buildStatus,omitempty"`
+	CpuCount      int32                `json:"cpuCount"`
+	CreatedAt     time.Time            `json:"createdAt"`
+	CreatedBy     *TeamUser            `json:"createdBy"`
+	DiskSizeMB    int32                `json:"diskSizeMB"`
+	EnvdVersion   string               `json:"envdVersion"`
+	LastSpawnedAt *time.Time           `json:"lastSpawnedAt"`
+	MemoryMB      int32                `json:"memoryMB"`
+	Names         *[]string            `json:"names,omitempty"`
+	Public        bool                 `json:"public"`
+	SpawnCount    int64                `json:"spawnCount"`
+	TemplateID    string               `json:"templateID"`
+	UpdatedAt     time.Time            `json:"updatedAt"`
+}
+
+// TemplateBuild defines model for TemplateBuild.
+type TemplateBuild struct {
+	BuildID     string              `json:"buildID"`
+	CpuCount    int32               `json:"cpuCount"`
+	CreatedAt   time.Time           `json:"createdAt"`
+	DiskSizeMB  *int32              `json:"diskSizeMB,omitempty"`
+	EnvdVersion *string             `json:"envdVersion,omitempty"`
+	FinishedAt  *time.Time          `json:"finishedAt,omitempty"`
+	MemoryMB    int32               `json:"memoryMB"`
+	Status      TemplateBuildStatus `json:"status"`
+	UpdatedAt   time.Time           `json:"updatedAt"`
+}
+
+// TemplateBuildFileUpload defines model for TemplateBuildFileUpload.
+type TemplateBuildFileUpload struct {
+	Headers *map[string]string `json:"headers,omitempty"`
+	Present bool               `json:"present"`
+	Url     *string            `json:"url,omitempty"`
+}
+
+// TemplateBuildInfo defines model for TemplateBuildInfo.
+type TemplateBuildInfo struct {
+	BuildID    string              `json:"buildID"`
+	LogEntries []BuildLogEntry     `json:"logEntries"`
+	Logs       []string            `json:"logs"`
+	Reason     *BuildStatusReason  `json:"reason,omitempty"`
+	Status     TemplateBuildStatus `json:"status"`
+	TemplateID string              `json:"templateID"`
+}
+
+// TemplateBuildRequest defines model for TemplateBuildRequest.
+type TemplateBuildRequest struct {
+	Alias      *string `json:"alias,omitempty"`
+	CpuCount   *int32  `json:"cpuCount,omitempty"`
+	Dockerfile string  `json:"dockerfile"`
+	MemoryMB   *int32  `json:"memoryMB,omitempty"`
+	ReadyCmd   *string `json:"readyCmd,omitempty"`
+	StartCmd   *string `json:"startCmd,omitempty"`
+	TeamID     *string `json:"teamID,omitempty"`
+}
+
+// TemplateBuildRequestV3 defines model for TemplateBuildRequestV3.
+type TemplateBuildRequestV3 struct {
+	// Deprecated:
+	Alias         *string   `json:"alias,omitempty"`
+	CpuCount      *int32    `json:"cpuCount,omitempty"`
+	MemoryMB      *int32    `json:"memoryMB,omitempty"`
+	MinFreeDiskMb *int32    `json:"minFreeDiskMb,omitempty"`
+	Name          *string   `json:"name,omitempty"`
+	Tags          *[]string `json:"tags,omitempty"`
+	// Deprecated:
+	TeamID *string `json:"teamID,omitempty"`
+}
+
+// TemplateBuildStartV2 defines model for TemplateBuildStartV2.
+type TemplateBuildStartV2 struct {
+	Force             *bool              `json:"force,omitempty"`
+	FromImage         *string            `json:"fromImage,omitempty"`
+	FromImageRegistry *FromImageRegistry `json:"fromImageRegistry,omitempty"`
+	FromTemplate      *string            `json:"fromTemplate,omitempty"`
+	ReadyCmd          *string            `json:"readyCmd,omitempty"`
+	StartCmd          *string            `json:"startCmd,omitempty"`
+	Steps             *[]TemplateStep    `json:"steps,omitempty"`
+}
+
+// TemplateBuildStatus defines model for TemplateBuildStatus.
+type TemplateBuildStatus string
+
+// TemplateRequestResponseV3 defines model for TemplateRequestResponseV3.
+type TemplateRequestResponseV3 struct {
+	Aliases    []string `json:"aliases"`
+	BuildID    string   `json:"buildID"`
+	Names      []string `json:"names"`
+	Public     bool     `json:"public"`
+	Tags       []string `json:"tags"`
+	TemplateID string   `json:"templateID"`
+}
+
+// TemplateStep defines model for TemplateStep.
+type TemplateStep struct {
+	Args      *[]string `json:"args,omitempty"`
+	FilesHash *string   `json:"filesHash,omitempty"`
+	Force     *bool     `json:"force,omitempty"`
+	Type      string    `json:"type"`
+}
+
+// TemplateTag defines model for TemplateTag.
+type TemplateTag struct {
+	BuildID   string    `json:"buildID"`
+	CreatedAt time.Time `json:"createdAt"`
+	Tag       string    `json:"tag"`
+}
+
+// TemplateWithBuilds defines model for TemplateWithBuilds.
+type TemplateWithBuilds struct {
+	Aliases       []string        `json:"aliases"`
+	Builds        []TemplateBuild `json:"builds"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	LastSpawnedAt *time.Time      `json:"lastSpawnedAt"`
+	Names         []string        `json:"names"`
+	Public        bool            `json:"public"`
+	SpawnCount    int64           `json:"spawnCount"`
+	TemplateID    string          `json:"templateID"`
+	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
 // VolumeMount defines model for VolumeMount.
 type VolumeMount struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 }
 
+// BuildID defines model for buildID.
+type BuildID = string
+
 // Metadata defines model for metadata.
 type Metadata = string
 
 // SandboxID defines model for sandboxID.
 type SandboxID = string
+
+// TemplateID defines model for templateID.
+type TemplateID = string
 
 // ListSandboxesParams defines parameters for ListSandboxes.
 type ListSandboxesParams struct {
@@ -229,6 +430,24 @@ type SetSandboxTimeoutJSONBody struct {
 	Timeout int32 `json:"timeout"`
 }
 
+// ListTemplatesParams defines parameters for ListTemplates.
+type ListTemplatesParams struct {
+	TeamID *string `form:"teamID,omitempty" json:"teamID,omitempty"`
+}
+
+// GetTemplateBuildStatusParams defines parameters for GetTemplateBuildStatus.
+type GetTemplateBuildStatusParams struct {
+	LogsOffset *int32    `form:"logsOffset,omitempty" json:"logsOffset,omitempty"`
+	Limit      *int32    `form:"limit,omitempty" json:"limit,omitempty"`
+	Level      *LogLevel `form:"level,omitempty" json:"level,omitempty"`
+}
+
+// UploadTemplateFilesParams defines parameters for UploadTemplateFiles.
+type UploadTemplateFilesParams struct {
+	Expires   string `form:"expires" json:"expires"`
+	Signature string `form:"signature" json:"signature"`
+}
+
 // ListSandboxesV2Params defines parameters for ListSandboxesV2.
 type ListSandboxesV2Params struct {
 	// Metadata URL-encoded "k=v&k2=v2" pairs, each key and value percent-encoded once more.
@@ -256,11 +475,26 @@ type RefreshSandboxJSONRequestBody RefreshSandboxJSONBody
 // SetSandboxTimeoutJSONRequestBody defines body for SetSandboxTimeout for application/json ContentType.
 type SetSandboxTimeoutJSONRequestBody SetSandboxTimeoutJSONBody
 
+// DeleteTemplateTagsJSONRequestBody defines body for DeleteTemplateTags for application/json ContentType.
+type DeleteTemplateTagsJSONRequestBody = DeleteTemplateTagsRequest
+
+// AssignTemplateTagsJSONRequestBody defines body for AssignTemplateTags for application/json ContentType.
+type AssignTemplateTagsJSONRequestBody = AssignTemplateTagsRequest
+
+// RebuildTemplateJSONRequestBody defines body for RebuildTemplate for application/json ContentType.
+type RebuildTemplateJSONRequestBody = TemplateBuildRequest
+
 // CreateSandboxV2JSONRequestBody defines body for CreateSandboxV2 for application/json ContentType.
 type CreateSandboxV2JSONRequestBody = NewSandbox
 
 // ConnectSandboxV2JSONRequestBody defines body for ConnectSandboxV2 for application/json ContentType.
 type ConnectSandboxV2JSONRequestBody = ConnectSandbox
+
+// StartTemplateBuildV2JSONRequestBody defines body for StartTemplateBuildV2 for application/json ContentType.
+type StartTemplateBuildV2JSONRequestBody = TemplateBuildStartV2
+
+// CreateTemplateV3JSONRequestBody defines body for CreateTemplateV3 for application/json ContentType.
+type CreateTemplateV3JSONRequestBody = TemplateBuildRequestV3
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -295,6 +529,36 @@ type ServerInterface interface {
 	// (POST /sandboxes/{sandboxID}/timeout)
 	SetSandboxTimeout(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 
+	// (GET /templates)
+	ListTemplates(w http.ResponseWriter, r *http.Request, params ListTemplatesParams)
+
+	// (DELETE /templates/tags)
+	DeleteTemplateTags(w http.ResponseWriter, r *http.Request)
+
+	// (POST /templates/tags)
+	AssignTemplateTags(w http.ResponseWriter, r *http.Request)
+
+	// (DELETE /templates/{templateID})
+	DeleteTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
+	// (GET /templates/{templateID})
+	GetTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
+	// (POST /templates/{templateID})
+	RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
+	// (GET /templates/{templateID}/builds/{buildID}/status)
+	GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID, params GetTemplateBuildStatusParams)
+
+	// (GET /templates/{templateID}/files/{hash})
+	GetTemplateFiles(w http.ResponseWriter, r *http.Request, templateID TemplateID, hash string)
+
+	// (GET /templates/{templateID}/tags)
+	ListTemplateTags(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
+	// (PUT /upload/templates/{templateID}/files/{hash})
+	UploadTemplateFiles(w http.ResponseWriter, r *http.Request, templateID TemplateID, hash string, params UploadTemplateFilesParams)
+
 	// (GET /v2/sandboxes)
 	ListSandboxesV2(w http.ResponseWriter, r *http.Request, params ListSandboxesV2Params)
 
@@ -303,6 +567,12 @@ type ServerInterface interface {
 
 	// (POST /v2/sandboxes/{sandboxID}/connect)
 	ConnectSandboxV2(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
+	// (POST /v2/templates/{templateID}/builds/{buildID})
+	StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID)
+
+	// (POST /v3/templates)
+	CreateTemplateV3(w http.ResponseWriter, r *http.Request)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -636,6 +906,381 @@ func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListTemplates operation middleware
+func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTemplatesParams
+
+	// ------------- Optional query parameter "teamID" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "teamID", r.URL.Query(), &params.TeamID)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "teamID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTemplates(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteTemplateTags operation middleware
+func (siw *ServerInterfaceWrapper) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteTemplateTags(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AssignTemplateTags operation middleware
+func (siw *ServerInterfaceWrapper) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AssignTemplateTags(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteTemplate operation middleware
+func (siw *ServerInterfaceWrapper) DeleteTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteTemplate(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTemplate operation middleware
+func (siw *ServerInterfaceWrapper) GetTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTemplate(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RebuildTemplate operation middleware
+func (siw *ServerInterfaceWrapper) RebuildTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RebuildTemplate(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTemplateBuildStatus operation middleware
+func (siw *ServerInterfaceWrapper) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "buildID" -------------
+	var buildID BuildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "buildID", r.PathValue("buildID"), &buildID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "buildID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetTemplateBuildStatusParams
+
+	// ------------- Optional query parameter "logsOffset" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "logsOffset", r.URL.Query(), &params.LogsOffset)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "logsOffset", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "limit", r.URL.Query(), &params.Limit)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "level" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "level", r.URL.Query(), &params.Level)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "level", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTemplateBuildStatus(w, r, templateID, buildID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTemplateFiles operation middleware
+func (siw *ServerInterfaceWrapper) GetTemplateFiles(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "hash" -------------
+	var hash string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "hash", r.PathValue("hash"), &hash, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hash", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTemplateFiles(w, r, templateID, hash)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTemplateTags operation middleware
+func (siw *ServerInterfaceWrapper) ListTemplateTags(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTemplateTags(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UploadTemplateFiles operation middleware
+func (siw *ServerInterfaceWrapper) UploadTemplateFiles(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "hash" -------------
+	var hash string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "hash", r.PathValue("hash"), &hash, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hash", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UploadTemplateFilesParams
+
+	// ------------- Required query parameter "expires" -------------
+
+	if paramValue := r.URL.Query().Get("expires"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "expires"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "expires", r.URL.Query(), &params.Expires)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "expires", Err: err})
+		return
+	}
+
+	// ------------- Required query parameter "signature" -------------
+
+	if paramValue := r.URL.Query().Get("signature"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "signature"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "signature", r.URL.Query(), &params.Signature)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "signature", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UploadTemplateFiles(w, r, templateID, hash, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListSandboxesV2 operation middleware
 func (siw *ServerInterfaceWrapper) ListSandboxesV2(w http.ResponseWriter, r *http.Request) {
 
@@ -759,6 +1404,66 @@ func (siw *ServerInterfaceWrapper) ConnectSandboxV2(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ConnectSandboxV2(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StartTemplateBuildV2 operation middleware
+func (siw *ServerInterfaceWrapper) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "buildID" -------------
+	var buildID BuildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "buildID", r.PathValue("buildID"), &buildID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "buildID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StartTemplateBuildV2(w, r, templateID, buildID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateTemplateV3 operation middleware
+func (siw *ServerInterfaceWrapper) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTemplateV3(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -898,9 +1603,21 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}/metrics", wrapper.GetSandboxMetrics)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/refreshes", wrapper.RefreshSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/timeout", wrapper.SetSandboxTimeout)
+	m.HandleFunc("GET "+options.BaseURL+"/templates", wrapper.ListTemplates)
+	m.HandleFunc("DELETE "+options.BaseURL+"/templates/tags", wrapper.DeleteTemplateTags)
+	m.HandleFunc("POST "+options.BaseURL+"/templates/tags", wrapper.AssignTemplateTags)
+	m.HandleFunc("DELETE "+options.BaseURL+"/templates/{templateID}", wrapper.DeleteTemplate)
+	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}", wrapper.GetTemplate)
+	m.HandleFunc("POST "+options.BaseURL+"/templates/{templateID}", wrapper.RebuildTemplate)
+	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/builds/{buildID}/status", wrapper.GetTemplateBuildStatus)
+	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/files/{hash}", wrapper.GetTemplateFiles)
+	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/tags", wrapper.ListTemplateTags)
+	m.HandleFunc("PUT "+options.BaseURL+"/upload/templates/{templateID}/files/{hash}", wrapper.UploadTemplateFiles)
 	m.HandleFunc("GET "+options.BaseURL+"/v2/sandboxes", wrapper.ListSandboxesV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes", wrapper.CreateSandboxV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes/{sandboxID}/connect", wrapper.ConnectSandboxV2)
+	m.HandleFunc("POST "+options.BaseURL+"/v2/templates/{templateID}/builds/{buildID}", wrapper.StartTemplateBuildV2)
+	m.HandleFunc("POST "+options.BaseURL+"/v3/templates", wrapper.CreateTemplateV3)
 
 	return m
 }

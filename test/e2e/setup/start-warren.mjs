@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import net from 'node:net'
 import os from 'node:os'
@@ -23,8 +23,9 @@ async function freePort() {
 }
 
 // newDataDir makes a temporary data directory that shares the installed
-// runtimes, layers and templates (read-only use) but has its own store,
-// credentials and sandboxes.
+// runtime and the base template's layers (read-only use) but has its own
+// store, credentials, sandboxes, and templates: what its builds make stays
+// in it and goes with it.
 export function newDataDir() {
   for (const p of ['bin/runsc', 'layers', 'templates/base.json']) {
     if (!existsSync(path.join(installed, p))) {
@@ -32,10 +33,13 @@ export function newDataDir() {
     }
   }
   const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-'))
-  mkdirSync(path.join(dir, 'bin'))
+  for (const d of ['bin', 'layers', 'templates']) mkdirSync(path.join(dir, d))
   symlinkSync(path.join(installed, 'bin', 'runsc'), path.join(dir, 'bin', 'runsc'))
-  symlinkSync(path.join(installed, 'layers'), path.join(dir, 'layers'))
-  symlinkSync(path.join(installed, 'templates'), path.join(dir, 'templates'))
+  const base = readFileSync(path.join(installed, 'templates', 'base.json'))
+  for (const layer of JSON.parse(base).layers) {
+    symlinkSync(path.join(installed, 'layers', layer), path.join(dir, 'layers', layer))
+  }
+  writeFileSync(path.join(dir, 'templates', 'base.json'), base)
   return dir
 }
 

@@ -7,7 +7,7 @@ let warren
 
 export async function setup({ provide }) {
   warren = await startWarren()
-  provide('warren', { apiUrl: warren.apiUrl, sandboxUrl: warren.sandboxUrl, apiKey: warren.apiKey, proxyPort: warren.proxyPort })
+  provide('warren', { apiUrl: warren.apiUrl, sandboxUrl: warren.sandboxUrl, apiKey: warren.apiKey, accessToken: warren.accessToken, proxyPort: warren.proxyPort })
 }
 
 export async function teardown() {

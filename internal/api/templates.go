@@ -1,0 +1,404 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/api/gen"
+	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// The template endpoints: POST /v3/templates, file uploads, build start
+// and status, the Dockerfile rebuild, and listing, aliases and tags. What
+// a build does is internal/build's.
+
+// failTemplate maps the builder's errors to statuses.
+func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, build.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, build.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, build.ErrForbidden):
+		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, build.ErrConflict), errors.Is(err, store.ErrConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		writeError(w, 499, "client closed request")
+	default:
+		s.internal(w, r, err)
+	}
+}
+
+// templates is the builder, or a 503 when this server has none.
+func (s *Server) templates(w http.ResponseWriter) *build.Builder {
+	if s.cfg.Templates == nil {
+		writeError(w, http.StatusServiceUnavailable, "this server does not build templates")
+	}
+	return s.cfg.Templates
+}
+
+func int32OrZero(p *int32) int {
+	if p == nil {
+		return 0
+	}
+	return int(*p)
+}
+
+func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	var body gen.TemplateBuildRequestV3
+	if err := decode(r, &body, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if body.CpuCount != nil && *body.CpuCount < 1 {
+		writeError(w, http.StatusBadRequest, "cpuCount must be at least 1")
+		return
+	}
+	if body.MemoryMB != nil && *body.MemoryMB < 128 {
+		writeError(w, http.StatusBadRequest, "memoryMB must be at least 128")
+		return
+	}
+	name := deref(body.Name)
+	if name == "" {
+		name = deref(body.Alias) // deprecated spelling
+	}
+	c, err := b.Create(r.Context(), build.CreateRequest{
+		TeamID: teamOf(r), Name: name, Tags: deref(body.Tags),
+		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
+	})
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, gen.TemplateRequestResponseV3{
+		TemplateID: c.Template.ID, BuildID: c.BuildID, Names: orEmptyList(c.Template.Names),
+		Aliases: orEmptyList(c.Template.Names), Tags: c.Tags, Public: c.Template.Public,
+	})
+}
+
+func orEmptyList(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+// apiURL is the API's base URL as this client reached it, for URLs the
+// client is to call back.
+func apiURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+		scheme = p
+	}
+	return scheme + "://" + r.Host
+}
+
+func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	present, url, err := b.FileStatus(r.Context(), teamOf(r), templateID, hash, apiURL(r))
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, gen.TemplateBuildFileUpload{Present: present, Url: &url, Headers: &map[string]string{}})
+}
+
+func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string, params gen.UploadTemplateFilesParams) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	if err := b.Upload(r.Context(), templateID, hash, params.Expires, params.Signature, r.Body); err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	var body gen.TemplateBuildStartV2
+	if err := decode(r, &body, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	spec := build.Spec{
+		FromImage: deref(body.FromImage), FromTemplate: deref(body.FromTemplate),
+		StartCmd: deref(body.StartCmd), ReadyCmd: deref(body.ReadyCmd), Force: deref(body.Force),
+		Steps: []build.Step{},
+	}
+	if reg := body.FromImageRegistry; reg != nil {
+		spec.FromImageRegistry = &build.RegistryAuth{
+			Type: reg.Type, Username: deref(reg.Username), Password: deref(reg.Password),
+			AwsAccessKeyID: deref(reg.AwsAccessKeyId), AwsSecretAccessKey: deref(reg.AwsSecretAccessKey),
+			AwsRegion: deref(reg.AwsRegion), ServiceAccountJSON: deref(reg.ServiceAccountJson),
+		}
+	}
+	for _, st := range deref(body.Steps) {
+		spec.Steps = append(spec.Steps, build.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
+	}
+	if err := b.StartBuild(r.Context(), teamOf(r), templateID, buildID, spec); err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	// The SDK insists on an empty body with a Content-Length of 0.
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (s *Server) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID, params gen.GetTemplateBuildStatusParams) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	offset, limit := int32OrZero(params.LogsOffset), 100
+	if params.Limit != nil {
+		limit = int(*params.Limit)
+	}
+	if offset < 0 {
+		writeError(w, http.StatusBadRequest, "logsOffset must not be negative")
+		return
+	}
+	if limit < 0 || limit > 100 {
+		writeError(w, http.StatusBadRequest, "limit must be between 0 and 100")
+		return
+	}
+	level := ""
+	if params.Level != nil {
+		level = strings.ToLower(string(*params.Level))
+		switch level {
+		case "debug", "info", "warn", "error":
+		default:
+			writeError(w, http.StatusBadRequest, "level must be debug, info, warn or error")
+			return
+		}
+	}
+	st, err := b.Status(r.Context(), teamOf(r), templateID, buildID, offset, limit, level)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	info := gen.TemplateBuildInfo{
+		TemplateID: st.Build.TemplateID, BuildID: st.Build.ID, Status: gen.TemplateBuildStatus(st.Build.Status),
+		Logs: []string{}, LogEntries: logEntries(st.Logs),
+	}
+	for _, e := range st.Logs {
+		info.Logs = append(info.Logs, e.Message)
+	}
+	if st.Build.Status == store.BuildError {
+		info.Reason = &gen.BuildStatusReason{Message: st.Build.ReasonMessage, Step: nonEmpty(st.Build.ReasonStep)}
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func logEntries(l []store.BuildLogEntry) []gen.BuildLogEntry {
+	out := make([]gen.BuildLogEntry, 0, len(l))
+	for _, e := range l {
+		out = append(out, gen.BuildLogEntry{Timestamp: e.Time, Level: gen.LogLevel(e.Level), Message: e.Message, Step: nonEmpty(e.Step)})
+	}
+	return out
+}
+
+func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	var body gen.TemplateBuildRequest
+	if err := decode(r, &body, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if body.CpuCount != nil && *body.CpuCount < 1 {
+		writeError(w, http.StatusBadRequest, "cpuCount must be at least 1")
+		return
+	}
+	if body.MemoryMB != nil && *body.MemoryMB < 128 {
+		writeError(w, http.StatusBadRequest, "memoryMB must be at least 128")
+		return
+	}
+	if strings.TrimSpace(body.Dockerfile) == "" {
+		writeError(w, http.StatusBadRequest, "dockerfile is required")
+		return
+	}
+	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, build.RebuildRequest{
+		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
+		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
+	})
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, templateOf(info))
+}
+
+// templateOf is a template as GET /templates lists it: its newest build
+// (what buildID and buildStatus describe) and its counters.
+func templateOf(t build.TemplateInfo) gen.Template {
+	out := gen.Template{
+		TemplateID: t.ID, CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB), DiskSizeMB: int32(t.DiskSizeMB),
+		Public: t.Public, Aliases: orEmptyList(t.Names), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: build.EnvdVersion,
+		LastSpawnedAt: timeOrNil(t.LastSpawnedAt),
+	}
+	names := orEmptyList(t.Names)
+	out.Names = &names
+	if last := t.Last(); last != nil {
+		out.BuildID = last.ID
+		st := gen.TemplateBuildStatus(last.Status)
+		out.BuildStatus = &st
+	}
+	return out
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (s *Server) ListTemplates(w http.ResponseWriter, r *http.Request, params gen.ListTemplatesParams) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	list, err := b.List(r.Context(), teamOf(r))
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	out := make([]gen.Template, 0, len(list))
+	for _, t := range list {
+		out = append(out, templateOf(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) GetTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	t, err := b.Get(r.Context(), teamOf(r), templateID)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	out := gen.TemplateWithBuilds{
+		TemplateID: t.ID, Names: orEmptyList(t.Names), Aliases: orEmptyList(t.Names), Public: t.Public,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, LastSpawnedAt: timeOrNil(t.LastSpawnedAt),
+		SpawnCount: t.SpawnCount, Builds: []gen.TemplateBuild{},
+	}
+	for _, bd := range t.Builds {
+		disk, envd := int32(bd.DiskSizeMB), bd.EnvdVersion
+		out.Builds = append(out.Builds, gen.TemplateBuild{
+			BuildID: bd.ID, Status: gen.TemplateBuildStatus(bd.Status), CpuCount: int32(bd.CPUCount),
+			MemoryMB: int32(bd.MemoryMB), DiskSizeMB: &disk, EnvdVersion: &envd,
+			CreatedAt: bd.CreatedAt, UpdatedAt: bd.UpdatedAt, FinishedAt: timeOrNil(bd.FinishedAt),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) DeleteTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	if err := b.Delete(r.Context(), teamOf(r), templateID); err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateAlias is openapi.yml's TemplateAliasResponse, whose generated
+// type goes with the excluded operation (see routeAlias).
+type templateAlias struct {
+	TemplateID string `json:"templateID"`
+	Public     bool   `json:"public"`
+}
+
+func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias string) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	t, err := b.Alias(r.Context(), teamOf(r), alias)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, templateAlias{TemplateID: t.ID, Public: t.Public})
+}
+
+func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	var body gen.AssignTemplateTagsRequest
+	if err := decode(r, &body, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	buildID, tags, err := b.AssignTags(r.Context(), teamOf(r), body.Target, body.Tags)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, gen.AssignedTemplateTags{BuildID: buildID, Tags: tags})
+}
+
+func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	var body gen.DeleteTemplateTagsRequest
+	if err := decode(r, &body, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := b.RemoveTags(r.Context(), teamOf(r), body.Name, body.Tags); err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) ListTemplateTags(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	b := s.templates(w)
+	if b == nil {
+		return
+	}
+	tags, err := b.Tags(r.Context(), teamOf(r), templateID)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	out := make([]gen.TemplateTag, 0, len(tags))
+	for _, t := range tags {
+		out = append(out, gen.TemplateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

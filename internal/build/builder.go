@@ -1,0 +1,217 @@
+// Package build turns build requests into templates: it keeps templates'
+// records (names, tags, builds, build logs) and runs builds.
+//
+// # Terms
+//
+// A template is what users name and start sandboxes from. Each build of
+// it is a Spec (a base, then steps: COPY, RUN, WORKDIR, USER, ENV; then an
+// optional start and ready command) that, once ready, is an image.Template
+// named by the build ID: read-only layers plus the defaults of its
+// sandboxes. Tags point a template's names at builds ("name" means the tag
+// "default"); sandboxes resolve a name, name:tag or template ID through
+// Resolve.
+//
+// # A build
+//
+//	waiting   accepted; files for COPY steps may be uploaded; started by
+//	          StartBuild, then queued until one of Config.Concurrency
+//	          slots is free
+//	building  the base is resolved (a Warren template, an imported image,
+//	          or a registry pull), then each step runs in a build sandbox
+//	          of the node's runtime over the layers so far, and what the
+//	          step wrote becomes a new layer
+//	ready     the image.Template is written and the build's tags point at
+//	          it
+//	error     Build.ReasonMessage/ReasonStep say where ("base", "1"…,
+//	          "finalize"); nothing the build made is left but complete,
+//	          cached layers
+//
+// The layer cache: a step's layer ID is a hash of its parent's key and of
+// everything that decides the step's result (type, arguments, uploaded
+// files' hash, and the user, workdir and environment it runs with), so a
+// rebuild with nothing changed finds every layer and logs "cached";
+// Spec.Force or a step's Force skips the lookup.
+//
+// With a start command, the finished layers are started once more, the
+// start command is launched, the ready command is re-run until it
+// succeeds, and the sandbox is checkpointed (runsc): sandboxes of the
+// template are then restored with the start command already running.
+//
+// Every build's log lines are stored with time, level and step while it
+// runs. A restart of warren marks builds that were running as failed
+// (Start).
+package build
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Errors wrapped by the package's errors; the API maps them to statuses.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrInvalid   = errors.New("invalid request")
+	ErrConflict  = errors.New("conflict")
+	ErrForbidden = errors.New("forbidden")
+)
+
+// EnvdVersion is what builds report as their sandboxes' envd version.
+const EnvdVersion = "0.6.4"
+
+// Config wires a Builder.
+type Config struct {
+	Store  store.Store
+	Images *image.Store
+	Node   *node.Node
+	// NodeName is recorded on builds. Default "local".
+	NodeName string
+	// Concurrency bounds the builds that run at once; the others wait.
+	// Default 2.
+	Concurrency int
+	// RegistryMirror is asked instead of Docker Hub for docker.io images.
+	RegistryMirror string
+	// StepTimeout bounds one step; ReadyTimeout the wait for the ready
+	// command. Defaults 30 min and 2 min.
+	StepTimeout  time.Duration
+	ReadyTimeout time.Duration
+	// Defaults of a template that names no resources: 2 CPUs, 512 MB.
+	CPUCount int
+	MemoryMB int
+	Logger   *slog.Logger
+}
+
+// Builder keeps templates and runs their builds. Its methods are safe for
+// concurrent use.
+type Builder struct {
+	cfg Config
+	log *slog.Logger
+	// slots bounds the builds running at once.
+	slots chan struct{}
+	// uploadKey signs upload URLs; a new one each run (URLs live minutes).
+	uploadKey []byte
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // by build ID
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// New returns a Builder; call Start before serving.
+func New(cfg Config) (*Builder, error) {
+	if cfg.Store == nil || cfg.Images == nil || cfg.Node == nil {
+		return nil, errors.New("build: Store, Images and Node are required")
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = "local"
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 2
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = 30 * time.Minute
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
+	if cfg.CPUCount <= 0 {
+		cfg.CPUCount = 2
+	}
+	if cfg.MemoryMB <= 0 {
+		cfg.MemoryMB = 512
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	return &Builder{
+		cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Concurrency),
+		uploadKey: key, running: map[string]context.CancelFunc{},
+	}, nil
+}
+
+// interruptedReason is what a build that a restart cut short says.
+const interruptedReason = "the build was interrupted: warren stopped while it ran; start it again"
+
+// Start marks the builds a previous run of warren left waiting or
+// building as failed, since nothing runs them any more. Their build
+// sandboxes were removed by the sandbox manager's start (they are not in
+// the store), and their unfinished layers by the image store's cleanup.
+func (b *Builder) Start(ctx context.Context) error {
+	builds, err := b.cfg.Store.BuildsByStatus(ctx, store.BuildWaiting, store.BuildBuilding)
+	if err != nil {
+		return err
+	}
+	for _, bd := range builds {
+		if bd.Node != "" && bd.Node != b.cfg.NodeName {
+			continue // another node's
+		}
+		if bd.Status == store.BuildWaiting && bd.Spec == "" {
+			continue // not started yet: the client may still upload and start it
+		}
+		msg := interruptedReason
+		if _, err := b.cfg.Store.UpdateBuild(ctx, bd.ID, func(x *store.Build) error {
+			x.Status, x.ReasonMessage, x.FinishedAt = store.BuildError, msg, time.Now()
+			return nil
+		}); err != nil {
+			return err
+		}
+		_ = b.cfg.Store.AppendBuildLogs(ctx, bd.ID, store.BuildLogEntry{Time: time.Now(), Level: "error", Message: msg})
+		b.log.Warn("build interrupted by a restart", "build", bd.ID, "template", bd.TemplateID)
+	}
+	return nil
+}
+
+// Close cancels running builds (they end as errors) and waits for them.
+func (b *Builder) Close() {
+	b.mu.Lock()
+	b.closed = true
+	for _, cancel := range b.running {
+		cancel()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// newID returns a template ID: 20 lowercase letters and digits, a letter
+// first (a valid hostname label, like sandbox IDs).
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	b[0] = alphabet[int(b[0])%26]
+	return string(b)
+}
+
+// newUUID returns a random (version 4) UUID: build IDs look like E2B's.
+func newUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+}
+
+// sign is the HMAC of the parts, hex.
+func (b *Builder) sign(parts ...string) string {
+	m := hmac.New(sha256.New, b.uploadKey)
+	for _, p := range parts {
+		m.Write([]byte(p))
+		m.Write([]byte{0})
+	}
+	return fmt.Sprintf("%x", m.Sum(nil))
+}
