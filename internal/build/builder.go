@@ -157,7 +157,7 @@ func (b *Builder) Start(ctx context.Context) error {
 		if bd.Node != "" && bd.Node != b.cfg.NodeName {
 			continue // another node's
 		}
-		if bd.Status == store.BuildWaiting && bd.Spec == "" {
+		if bd.Status == store.BuildWaiting && readRecord(bd).Spec == nil {
 			continue // not started yet: the client may still upload and start it
 		}
 		msg := interruptedReason
