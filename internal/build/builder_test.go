@@ -373,7 +373,7 @@ func TestBuildFromRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	img, err = mutate.Config(img, v1.Config{
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "FROM_REGISTRY=yes"},
+		Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "FROM_REGISTRY=yes"},
 		User: "user", WorkingDir: "/home/user",
 	})
 	if err != nil {
@@ -480,4 +480,3 @@ func tarDir(dir string) io.ReadCloser {
 	}()
 	return pr
 }
-

@@ -296,6 +296,14 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Sp
 			return nil, err
 		}
 		img = r.Image
+	case !strings.Contains(spec.FromImage, "/") && b.isTemplate(ctx, teamID, spec.FromImage):
+		// A Dockerfile's FROM may name a Warren template (FROM base).
+		lg.info("FROM template %s", spec.FromImage)
+		var r Resolved
+		if r, err = b.Resolve(ctx, teamID, spec.FromImage); err != nil {
+			return nil, err
+		}
+		img = r.Image
 	default:
 		lg.info("FROM image %s", spec.FromImage)
 		img, err = b.fromImage(ctx, lg, spec)
@@ -312,6 +320,12 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Sp
 	}
 	st.chain(append([]string{"base"}, img.Layers...)...)
 	return st, nil
+}
+
+// isTemplate tells whether ref names a template the team may use.
+func (b *Builder) isTemplate(ctx context.Context, teamID, ref string) bool {
+	_, err := b.Resolve(ctx, teamID, ref)
+	return err == nil
 }
 
 // fromImage finds an image: Warren's base for e2bdev/base, an image
