@@ -6,9 +6,16 @@
 //	layers/<layerID>/             a read-only directory tree: one layer
 //	layers/.build-<templateID>/   a layer being built; never used, removed
 //	                              by the next build or by Cleanup
+//	layers/oci-<diffID>/          an OCI image's layer, unpacked (oci.go)
+//	layers/.tmp-oci-*/            one being unpacked; removed by Cleanup
+//	layers/step-<key>/            a template build step's layer (internal/
+//	                              build): what the step wrote, committed
+//	                              from its sandbox's writable layer
+//	layers/snap-<key>/            the files of a build's started sandbox
 //	.<templateID>.lock            flock held while that template is built
 //	snapshots/<snapshotID>/       checkpoint image of a template's sandbox
 //	                              with its start command running
+//	uploads/<templateID>/<hash>   files uploaded for a build's COPY steps
 //	templates/<templateID>.json   a template: its layer IDs (bottom first),
 //	                              the defaults of its sandboxes (user,
 //	                              workdir, envs, start and ready commands)
