@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -90,7 +91,7 @@ type env struct {
 }
 
 // newEnv starts a builder on a data dir holding only the base template.
-func newEnv(t *testing.T, st store.Store) *env {
+func newEnv(t *testing.T, st store.Store, options ...func(*Config)) *env {
 	t.Helper()
 	setupFixture(t)
 	dir := t.TempDir()
@@ -116,7 +117,11 @@ func newEnv(t *testing.T, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{Store: st, Images: images, Node: n, CPUCount: 1, MemoryMB: 256})
+	cfg := Config{Store: st, Images: images, Node: n, CPUCount: 1, MemoryMB: 256}
+	for _, o := range options {
+		o(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +320,46 @@ func TestDeleteCancelsARunningBuild(t *testing.T) {
 		t.Errorf("build record after delete: %v", err)
 	}
 	e.assertNothingLeft()
+}
+
+func TestConcurrencyIsBounded(t *testing.T) {
+	e := newEnv(t, newStore(t), func(c *Config) { c.Concurrency = 1 })
+	ctx := context.Background()
+	var ids [2]Created
+	for i := range ids {
+		c, err := e.b.Create(ctx, CreateRequest{TeamID: "t1", Name: fmt.Sprintf("queued-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, Spec{FromTemplate: "base", Steps: []Step{{Type: "RUN", Args: []string{"sleep 1"}, Force: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c
+	}
+	// While one builds, the other waits; then both finish.
+	sawQueued := false
+	for i := 0; i < 100; i++ {
+		a, _ := e.st.GetBuild(ctx, ids[0].BuildID)
+		b, _ := e.st.GetBuild(ctx, ids[1].BuildID)
+		if a.Status == store.BuildBuilding && b.Status == store.BuildBuilding {
+			t.Fatal("two builds ran at once with Concurrency 1")
+		}
+		if (a.Status == store.BuildBuilding && b.Status == store.BuildWaiting) || (b.Status == store.BuildBuilding && a.Status == store.BuildWaiting) {
+			sawQueued = true
+		}
+		if a.Status == store.BuildReady && b.Status == store.BuildReady {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !sawQueued {
+		t.Error("never saw one build waiting for the other")
+	}
+	for _, c := range ids {
+		if st := e.wait(c.Template.ID, c.BuildID); st.Build.Status != store.BuildReady {
+			t.Errorf("build %s: %s", c.BuildID, st.Build.ReasonMessage)
+		}
+	}
 }
 
 func TestRestartMarksInterruptedBuilds(t *testing.T) {
