@@ -11,6 +11,10 @@ echo "## the platform through the E2B SDK (real warren serve, loopback)"
 (cd test/e2e && node bench/platform.mjs)
 
 echo
+echo "## templates through the E2B SDK (builds and the sandboxes they start; real warren serve, pool 0)"
+(cd test/e2e && node bench/templates.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
