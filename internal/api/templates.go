@@ -42,6 +42,17 @@ func (s *Server) templates(w http.ResponseWriter) *build.Builder {
 	return s.cfg.Templates
 }
 
+// checkResources applies the seed's bounds: cpuCount ≥ 1, memoryMB ≥ 128.
+func checkResources(cpu, mem *int32) error {
+	if cpu != nil && *cpu < 1 {
+		return errors.New("cpuCount must be at least 1")
+	}
+	if mem != nil && *mem < 128 {
+		return errors.New("memoryMB must be at least 128")
+	}
+	return nil
+}
+
 func int32OrZero(p *int32) int {
 	if p == nil {
 		return 0
@@ -59,12 +70,8 @@ func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if body.CpuCount != nil && *body.CpuCount < 1 {
-		writeError(w, http.StatusBadRequest, "cpuCount must be at least 1")
-		return
-	}
-	if body.MemoryMB != nil && *body.MemoryMB < 128 {
-		writeError(w, http.StatusBadRequest, "memoryMB must be at least 128")
+	if err := checkResources(body.CpuCount, body.MemoryMB); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	name := deref(body.Name)
@@ -227,12 +234,8 @@ func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templat
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if body.CpuCount != nil && *body.CpuCount < 1 {
-		writeError(w, http.StatusBadRequest, "cpuCount must be at least 1")
-		return
-	}
-	if body.MemoryMB != nil && *body.MemoryMB < 128 {
-		writeError(w, http.StatusBadRequest, "memoryMB must be at least 128")
+	if err := checkResources(body.CpuCount, body.MemoryMB); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if strings.TrimSpace(body.Dockerfile) == "" {
