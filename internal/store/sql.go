@@ -364,11 +364,7 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 		return Sandbox{}, err
 	}
 	defer tx.Rollback()
-	query := "SELECT " + sandboxColumns + " FROM sandboxes WHERE id = ?"
-	if s.d == postgresDialect {
-		query += " FOR UPDATE"
-	}
-	sb, err := scanSandbox(tx.QueryRowContext(ctx, s.q(query), id))
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, s.q("SELECT "+sandboxColumns+" FROM sandboxes WHERE id = ?"+s.forUpdate()), id))
 	if err != nil {
 		return Sandbox{}, notFound("sandbox", id, err)
 	}
@@ -381,15 +377,30 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 	if err != nil {
 		return Sandbox{}, err
 	}
-	cols := strings.Split(sandboxColumns, ", ")
+	if _, err := tx.ExecContext(ctx, s.q(updateByID("sandboxes", sandboxColumns)), append(args[1:], id)...); err != nil {
+		return Sandbox{}, err
+	}
+	return sb, tx.Commit()
+}
+
+// forUpdate locks the rows a read-modify-write transaction selects
+// (PostgreSQL; SQLite's write transactions are exclusive already).
+func (s *SQL) forUpdate() string {
+	if s.d == postgresDialect {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// updateByID is the UPDATE of every column but the first (the ID) of a
+// row of table, by ID: the row's values in column order, then the ID.
+func updateByID(table, columns string) string {
+	cols := strings.Split(columns, ", ")
 	sets := make([]string, 0, len(cols)-1)
 	for _, c := range cols[1:] {
 		sets = append(sets, c+" = ?")
 	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE sandboxes SET "+strings.Join(sets, ", ")+" WHERE id = ?"), append(args[1:], id)...); err != nil {
-		return Sandbox{}, err
-	}
-	return sb, tx.Commit()
+	return "UPDATE " + table + " SET " + strings.Join(sets, ", ") + " WHERE id = ?"
 }
 
 func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {

@@ -173,12 +173,7 @@ func (s *SQL) UpdateTemplate(ctx context.Context, id string, update func(*Templa
 	if err != nil {
 		return Template{}, err
 	}
-	cols := strings.Split(templateColumns, ", ")
-	sets := make([]string, 0, len(cols)-1)
-	for _, c := range cols[1:] {
-		sets = append(sets, c+" = ?")
-	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE templates SET "+strings.Join(sets, ", ")+" WHERE id = ?"), append(args[1:], id)...); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(updateByID("templates", templateColumns)), append(args[1:], id)...); err != nil {
 		return Template{}, err
 	}
 	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM template_names WHERE template_id = ?"), id); err != nil {
@@ -188,15 +183,6 @@ func (s *SQL) UpdateTemplate(ctx context.Context, id string, update func(*Templa
 		return Template{}, err
 	}
 	return t, tx.Commit()
-}
-
-// forUpdate is the row lock clause of a read-modify-write (PostgreSQL
-// only: a SQLite write transaction already holds the database lock).
-func (s *SQL) forUpdate() string {
-	if s.d == postgresDialect {
-		return " FOR UPDATE"
-	}
-	return ""
 }
 
 func (s *SQL) DeleteTemplate(ctx context.Context, id string) error {
@@ -288,12 +274,7 @@ func (s *SQL) UpdateBuild(ctx context.Context, id string, update func(*Build) er
 	b.ID = id
 	b.UpdatedAt = time.Now()
 	args := buildArgs(&b)
-	cols := strings.Split(buildColumns, ", ")
-	sets := make([]string, 0, len(cols)-1)
-	for _, c := range cols[1:] {
-		sets = append(sets, c+" = ?")
-	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE template_builds SET "+strings.Join(sets, ", ")+" WHERE id = ?"), append(args[1:], id)...); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(updateByID("template_builds", buildColumns)), append(args[1:], id)...); err != nil {
 		return Build{}, err
 	}
 	return b, tx.Commit()
