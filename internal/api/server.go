@@ -47,8 +47,7 @@ const (
 type Config struct {
 	Store     store.Store
 	Sandboxes *sandbox.Manager
-	// Templates builds and keeps templates; nil: the template endpoints
-	// answer 503.
+	// Templates builds and keeps templates.
 	Templates *build.Builder
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string

@@ -34,14 +34,6 @@ func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error)
 	}
 }
 
-// templates is the builder, or a 503 when this server has none.
-func (s *Server) templates(w http.ResponseWriter) *build.Builder {
-	if s.cfg.Templates == nil {
-		writeError(w, http.StatusServiceUnavailable, "this server does not build templates")
-	}
-	return s.cfg.Templates
-}
-
 // checkResources applies the seed's bounds: cpuCount ≥ 1, memoryMB ≥ 128.
 func checkResources(cpu, mem *int32) error {
 	if cpu != nil && *cpu < 1 {
@@ -61,10 +53,7 @@ func int32OrZero(p *int32) int {
 }
 
 func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	var body gen.TemplateBuildRequestV3
 	if err := decode(r, &body, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -113,10 +102,7 @@ func apiURL(r *http.Request) string {
 }
 
 func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	present, url, err := b.FileStatus(r.Context(), teamOf(r), templateID, hash, apiURL(r))
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -126,10 +112,7 @@ func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templa
 }
 
 func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string, params gen.UploadTemplateFilesParams) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	if err := b.Upload(r.Context(), templateID, hash, params.Expires, params.Signature, r.Body); err != nil {
 		s.failTemplate(w, r, err)
 		return
@@ -138,10 +121,7 @@ func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, tem
 }
 
 func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	var body gen.TemplateBuildStartV2
 	if err := decode(r, &body, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -172,10 +152,7 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 }
 
 func (s *Server) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID, params gen.GetTemplateBuildStatusParams) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	offset, limit := int32OrZero(params.LogsOffset), 100
 	if params.Limit != nil {
 		limit = int(*params.Limit)
@@ -225,10 +202,7 @@ func logEntries(l []store.BuildLogEntry) []gen.BuildLogEntry {
 }
 
 func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	var body gen.TemplateBuildRequest
 	if err := decode(r, &body, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -280,10 +254,7 @@ func timeOrNil(t time.Time) *time.Time {
 }
 
 func (s *Server) ListTemplates(w http.ResponseWriter, r *http.Request, params gen.ListTemplatesParams) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	list, err := b.List(r.Context(), teamOf(r))
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -297,10 +268,7 @@ func (s *Server) ListTemplates(w http.ResponseWriter, r *http.Request, params ge
 }
 
 func (s *Server) GetTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	t, err := b.Get(r.Context(), teamOf(r), templateID)
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -323,10 +291,7 @@ func (s *Server) GetTemplate(w http.ResponseWriter, r *http.Request, templateID 
 }
 
 func (s *Server) DeleteTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	if err := b.Delete(r.Context(), teamOf(r), templateID); err != nil {
 		s.failTemplate(w, r, err)
 		return
@@ -342,10 +307,7 @@ type templateAlias struct {
 }
 
 func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias string) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	t, err := b.Alias(r.Context(), teamOf(r), alias)
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -355,10 +317,7 @@ func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias 
 }
 
 func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	var body gen.AssignTemplateTagsRequest
 	if err := decode(r, &body, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -373,10 +332,7 @@ func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	var body gen.DeleteTemplateTagsRequest
 	if err := decode(r, &body, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -390,10 +346,7 @@ func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ListTemplateTags(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.templates(w)
-	if b == nil {
-		return
-	}
+	b := s.cfg.Templates
 	tags, err := b.Tags(r.Context(), teamOf(r), templateID)
 	if err != nil {
 		s.failTemplate(w, r, err)

@@ -102,7 +102,7 @@ type Builder struct {
 	uploadKey []byte
 
 	mu      sync.Mutex
-	running map[string]context.CancelFunc // by build ID
+	running map[string]*runningBuild // by build ID
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -137,7 +137,7 @@ func New(cfg Config) (*Builder, error) {
 	rand.Read(key)
 	return &Builder{
 		cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Concurrency),
-		uploadKey: key, running: map[string]context.CancelFunc{},
+		uploadKey: key, running: map[string]*runningBuild{},
 	}, nil
 }
 
@@ -177,24 +177,18 @@ func (b *Builder) Start(ctx context.Context) error {
 func (b *Builder) Close() {
 	b.mu.Lock()
 	b.closed = true
-	for _, cancel := range b.running {
-		cancel()
+	for _, r := range b.running {
+		r.cancel()
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
 }
 
-// newID returns a template ID: 20 lowercase letters and digits, a letter
-// first (a valid hostname label, like sandbox IDs).
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	b[0] = alphabet[int(b[0])%26]
-	return string(b)
+// runningBuild is a build's goroutine: cancel stops it, done is closed
+// once it has cleaned up.
+type runningBuild struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // newUUID returns a random (version 4) UUID: build IDs look like E2B's.

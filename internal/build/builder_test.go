@@ -30,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -450,7 +451,7 @@ func TestBuildFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.b.cfg.Node.Create(context.Background(), node.CreateRequest{ID: newID(), Layers: dirs, User: res.Image.User, Workdir: res.Image.Workdir})
+	sb, err := e.b.cfg.Node.Create(context.Background(), node.CreateRequest{ID: sandbox.NewID(), Layers: dirs, User: res.Image.User, Workdir: res.Image.Workdir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ type envdClient struct {
 func newEnvdClient(sb *node.Sandbox, token string) *envdClient {
 	// No connection outlives the sandbox: one transport per sandbox,
 	// closed with it.
-	h := &http.Client{Transport: &http.Transport{DisableKeepAlives: false, MaxIdleConnsPerHost: 4}}
+	h := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	return &envdClient{sb: sb, token: token, http: h, process: processconnect.NewProcessClient(h, sb.EnvdURL())}
 }
 

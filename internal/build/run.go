@@ -16,6 +16,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -118,7 +119,8 @@ func (b *Builder) launch(bd store.Build, t store.Template, rec buildRecord) erro
 		cancel()
 		return fmt.Errorf("%w: the server is shutting down", ErrConflict)
 	}
-	b.running[bd.ID] = cancel
+	r := &runningBuild{cancel: cancel, done: make(chan struct{})}
+	b.running[bd.ID] = r
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
@@ -128,6 +130,7 @@ func (b *Builder) launch(bd store.Build, t store.Template, rec buildRecord) erro
 			delete(b.running, bd.ID)
 			b.mu.Unlock()
 			cancel()
+			close(r.done)
 		}()
 		b.runBuild(ctx, bd, t, rec)
 	}()
@@ -287,27 +290,24 @@ const baseImage = "e2bdev/base"
 // base resolves the build's base into the state steps start from.
 func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Spec) (*state, error) {
 	var img *image.Template
-	var err error
-	switch {
-	case spec.FromTemplate != "":
-		lg.info("FROM template %s", spec.FromTemplate)
-		var r Resolved
-		if r, err = b.Resolve(ctx, teamID, spec.FromTemplate); err != nil {
+	ref := spec.FromTemplate
+	if ref == "" && !strings.Contains(spec.FromImage, "/") {
+		ref = spec.FromImage // a Dockerfile's FROM may name a Warren template (FROM base)
+	}
+	if ref != "" {
+		r, err := b.Resolve(ctx, teamID, ref)
+		switch {
+		case err == nil:
+			lg.info("FROM template %s", ref)
+			img = r.Image
+		case spec.FromTemplate != "" || !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
-		img = r.Image
-	case !strings.Contains(spec.FromImage, "/") && b.isTemplate(ctx, teamID, spec.FromImage):
-		// A Dockerfile's FROM may name a Warren template (FROM base).
-		lg.info("FROM template %s", spec.FromImage)
-		var r Resolved
-		if r, err = b.Resolve(ctx, teamID, spec.FromImage); err != nil {
-			return nil, err
-		}
-		img = r.Image
-	default:
+	}
+	if img == nil {
 		lg.info("FROM image %s", spec.FromImage)
-		img, err = b.fromImage(ctx, lg, spec)
-		if err != nil {
+		var err error
+		if img, err = b.fromImage(ctx, lg, spec); err != nil {
 			return nil, err
 		}
 	}
@@ -320,12 +320,6 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Sp
 	}
 	st.chain(append([]string{"base"}, img.Layers...)...)
 	return st, nil
-}
-
-// isTemplate tells whether ref names a template the team may use.
-func (b *Builder) isTemplate(ctx context.Context, teamID, ref string) bool {
-	_, err := b.Resolve(ctx, teamID, ref)
-	return err == nil
 }
 
 // fromImage finds an image: Warren's base for e2bdev/base, an image
@@ -546,7 +540,7 @@ func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, 
 		user = "root"
 	}
 	sb, err := b.cfg.Node.Create(ctx, node.CreateRequest{
-		ID: newID(), Layers: dirs, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB,
+		ID: sandbox.NewID(), Layers: dirs, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB,
 		AccessToken: token, User: user, Workdir: workdir,
 	})
 	if err != nil {

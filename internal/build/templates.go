@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -157,7 +158,7 @@ func (b *Builder) templateForBuild(ctx context.Context, teamID, createdBy, name 
 		}
 		now := time.Now()
 		t = store.Template{
-			ID: newID(), TeamID: teamID, Names: []string{name}, CPUCount: cpu, MemoryMB: mem,
+			ID: sandbox.NewID(), TeamID: teamID, Names: []string{name}, CPUCount: cpu, MemoryMB: mem,
 			CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy,
 		}
 		if t.CPUCount == 0 {
@@ -246,15 +247,14 @@ type Resolved struct {
 // template (a name without a tag means its "default" tag, or its latest
 // ready build), or a built-in template (base).
 func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, error) {
-	t, tag, err := b.lookup(ctx, teamID, ref)
-	if errors.Is(err, ErrNotFound) {
-		name, tag := splitRef(ref)
-		if tag == "" || tag == DefaultTag || tag == "latest" {
-			if img, ierr := b.builtin(name); ierr == nil {
-				return Resolved{TemplateID: img.ID, Alias: img.ID, Image: img}, nil
-			}
+	// Built-in first: no stored template can have its name (Create
+	// refuses it) or ID, and base is what most creates ask for.
+	if name, tag := splitRef(ref); tag == "" || tag == DefaultTag || tag == "latest" {
+		if img, err := b.builtin(name); err == nil {
+			return Resolved{TemplateID: img.ID, Alias: img.ID, Image: img}, nil
 		}
 	}
+	t, tag, err := b.lookup(ctx, teamID, ref)
 	if err != nil {
 		return Resolved{}, err
 	}
@@ -395,23 +395,15 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	return nil
 }
 
-// cancel stops a running build and waits until it has cleaned up.
+// cancel stops a running build and waits until it has cleaned up (its
+// sandbox goes within seconds).
 func (b *Builder) cancel(buildID string) {
 	b.mu.Lock()
-	c, ok := b.running[buildID]
+	r, ok := b.running[buildID]
 	b.mu.Unlock()
-	if !ok {
-		return
-	}
-	c()
-	for i := 0; i < 600; i++ { // its sandbox goes within seconds
-		b.mu.Lock()
-		_, ok = b.running[buildID]
-		b.mu.Unlock()
-		if !ok {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if ok {
+		r.cancel()
+		<-r.done
 	}
 }
 
