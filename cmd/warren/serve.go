@@ -134,7 +134,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: f.nodeName,
 		MaxSandboxes: f.maxSandboxes, MaxPerTeam: f.maxPerTeam, PoolSize: f.poolSize, Logger: log,
-		Resolve: resolveTemplate(builder),
+		Resolve: builder.SandboxTemplate,
 	})
 	if err != nil {
 		return err
@@ -190,22 +190,4 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		err = nil
 	}
 	return err
-}
-
-// resolveTemplate lets the sandbox manager find templates through the
-// builder, which knows names, tags and builds.
-func resolveTemplate(b *build.Builder) func(context.Context, string, string) (sandbox.Template, error) {
-	return func(ctx context.Context, teamID, ref string) (sandbox.Template, error) {
-		r, err := b.Resolve(ctx, teamID, ref)
-		if errors.Is(err, build.ErrNotFound) {
-			return sandbox.Template{}, fmt.Errorf("%w: %v", sandbox.ErrTemplateNotFound, err)
-		}
-		if err != nil {
-			return sandbox.Template{}, err
-		}
-		if r.BuildID != "" {
-			b.Spawned(context.WithoutCancel(ctx), r.TemplateID)
-		}
-		return sandbox.Template{ID: r.TemplateID, Alias: r.Alias, Image: r.Image, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB}, nil
-	}
 }

@@ -273,6 +273,23 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	return r, nil
 }
 
+// SandboxTemplate is Resolve for the sandbox manager
+// (sandbox.Config.Resolve): an unknown template is its
+// ErrTemplateNotFound, and a stored template's spawn is counted.
+func (b *Builder) SandboxTemplate(ctx context.Context, teamID, ref string) (sandbox.Template, error) {
+	r, err := b.Resolve(ctx, teamID, ref)
+	if errors.Is(err, ErrNotFound) {
+		return sandbox.Template{}, fmt.Errorf("%w: %v", sandbox.ErrTemplateNotFound, err)
+	}
+	if err != nil {
+		return sandbox.Template{}, err
+	}
+	if r.BuildID != "" {
+		b.Spawned(context.WithoutCancel(ctx), r.TemplateID)
+	}
+	return sandbox.Template{ID: r.TemplateID, Alias: r.Alias, Image: r.Image, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB}, nil
+}
+
 // buildOf is the ready build a tag ("" = default) of t points at.
 func (b *Builder) buildOf(ctx context.Context, t store.Template, tag string) (store.Build, error) {
 	explicit := tag != ""
