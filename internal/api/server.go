@@ -46,9 +46,9 @@ const (
 // Config wires a Server.
 type Config struct {
 	Store     store.Store
-	Sandboxes *sandbox.Manager
+	Sandboxes Sandboxes
 	// Templates builds and keeps templates.
-	Templates *build.Builder
+	Templates Templates
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
 	Logger   *slog.Logger

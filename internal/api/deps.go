@@ -1,0 +1,48 @@
+package api
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Sandboxes is what the API needs of the sandbox manager
+// (*sandbox.Manager); an interface so that the handlers can be tested and
+// fuzzed without a node.
+type Sandboxes interface {
+	Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error)
+	Get(ctx context.Context, teamID, id string) (store.Sandbox, error)
+	List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error)
+	Kill(ctx context.Context, teamID, id string) error
+	SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error
+	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
+	Connect(ctx context.Context, teamID, id string, timeout time.Duration) (store.Sandbox, bool, error)
+	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
+	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
+}
+
+// Templates is what the API needs of the template builder (*build.Builder).
+type Templates interface {
+	Create(ctx context.Context, req build.CreateRequest) (build.Created, error)
+	FileStatus(ctx context.Context, teamID, templateID, hash, apiURL string) (present bool, uploadURL string, err error)
+	Upload(ctx context.Context, templateID, hash, expires, signature string, body io.Reader) error
+	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec build.Spec) error
+	Status(ctx context.Context, teamID, templateID, buildID string, offset, limit int, minLevel string) (build.Status, error)
+	Rebuild(ctx context.Context, teamID, templateID string, req build.RebuildRequest) (build.TemplateInfo, error)
+	List(ctx context.Context, teamID string) ([]build.TemplateInfo, error)
+	Get(ctx context.Context, teamID, ref string) (build.TemplateInfo, error)
+	Delete(ctx context.Context, teamID, ref string) error
+	Alias(ctx context.Context, teamID, name string) (store.Template, error)
+	AssignTags(ctx context.Context, teamID, target string, tags []string) (string, []string, error)
+	RemoveTags(ctx context.Context, teamID, name string, tags []string) error
+	Tags(ctx context.Context, teamID, ref string) ([]store.Tag, error)
+}
+
+var (
+	_ Sandboxes = (*sandbox.Manager)(nil)
+	_ Templates = (*build.Builder)(nil)
+)
