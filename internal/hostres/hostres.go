@@ -1,0 +1,68 @@
+// Package hostres reads what this host has for sandboxes: its CPUs and
+// memory (read once by whoever admits sandboxes) and the free space of a
+// file system (read on every request that would fill it).
+package hostres
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Totals are a host's CPUs and memory.
+type Totals struct {
+	CPUs     int
+	MemoryMB int
+}
+
+// Read returns this host's totals: the CPUs this process may run on and
+// MemTotal from /proc/meminfo.
+func Read() (Totals, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return Totals{}, err
+	}
+	defer f.Close()
+	kb, err := memTotalKB(f)
+	if err != nil {
+		return Totals{}, err
+	}
+	return Totals{CPUs: runtime.NumCPU(), MemoryMB: int(kb / 1024)}, nil
+}
+
+// memTotalKB reads the MemTotal line of a /proc/meminfo.
+func memTotalKB(r io.Reader) (int64, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("hostres: unexpected MemTotal line %q", sc.Text())
+		}
+		return strconv.ParseInt(fields[0], 10, 64)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("hostres: no MemTotal in /proc/meminfo")
+}
+
+// FreeMB is the space an unprivileged writer may still use on the file
+// system holding path, in MiB. Root may use the reserved blocks too, but
+// those are the margin the node's own processes (the database) keep.
+func FreeMB(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("hostres: statfs %s: %w", path, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize) >> 20, nil
+}
