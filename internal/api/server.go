@@ -7,11 +7,24 @@
 // E2B's error bodies ({"code": status, "message"}; many SDK call sites read
 // the code from the body, not the status), pagination and encoding. What
 // happens to sandboxes is internal/sandbox's.
+//
+// Hostile clients. Every request gets a fresh ID (X-Request-Id); a 500
+// never carries the error, which is logged under that ID. JSON bodies are
+// capped at 1 MiB (413). Each team has a token bucket (Config.RateLimit,
+// 429 with Retry-After), and each client address a budget of failed
+// authentications that, once spent, refuses its requests before their
+// credentials are looked at. While the data dir's free space is below
+// Config.DiskReserveMB, what would fill it (sandbox creates, template
+// builds, uploads) is refused with 507 before anything is made.
+// NewHTTPServer sets the connection limits: header, read, write and idle
+// timeouts, with a longer deadline for the upload only.
 package api
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,12 +32,17 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -51,16 +69,47 @@ type Config struct {
 	Templates Templates
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
-	Logger   *slog.Logger
+	// NodeCPUs and NodeMemoryMB are the node's totals: a template asking
+	// more than the whole node has is refused (400). 0: no such bound.
+	NodeCPUs, NodeMemoryMB int
+	// DiskReserveMB is the free space the data dir's file system keeps:
+	// below it (as FreeDiskMB reads it), sandbox creates, template builds
+	// and template file uploads are refused with 507 before anything is
+	// made. 0 or a nil FreeDiskMB: no reserve.
+	DiskReserveMB int64
+	FreeDiskMB    func() (int64, error)
+	// RateLimit is the requests per second a team may make (burst twice
+	// that); over it: 429 with Retry-After. 0: no limit.
+	RateLimit float64
+	// UploadTimeout bounds a template file upload (the signed PUT), which
+	// the server's read and write timeouts would cut. Default 30 min.
+	UploadTimeout time.Duration
+	// Now is the rate limiters' clock; nil: time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Server implements gen.ServerInterface.
 type Server struct {
 	cfg Config
 	log *slog.Logger
+	// teams limits each team's requests; nil when Config.RateLimit is 0.
+	teams *ratelimit.Keyed
+	// authFailures is each client address's budget of requests that fail
+	// authentication: spent by each failure, checked before any attempt.
+	authFailures *ratelimit.Keyed
 }
 
 var _ gen.ServerInterface = (*Server)(nil)
+
+// Failed authentications a client address may make: a burst of
+// authFailureBurst, then one per second. Past it, every request from that
+// address is refused (429) before its credentials are looked at, so that
+// keys cannot be guessed at speed.
+const (
+	authFailureRate  = 1
+	authFailureBurst = 20
+)
 
 // New returns the API's HTTP handler.
 func New(cfg Config) http.Handler {
@@ -70,7 +119,14 @@ func New(cfg Config) http.Handler {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "warren"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.UploadTimeout <= 0 {
+		cfg.UploadTimeout = DefaultUploadTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger,
+		authFailures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
+	if cfg.RateLimit > 0 {
+		s.teams = &ratelimit.Keyed{Rate: rate.Limit(cfg.RateLimit), Burst: max(1, int(2*cfg.RateLimit)), Now: cfg.Now}
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.EscapedPath()))
@@ -81,7 +137,7 @@ func New(cfg Config) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 		},
 	})
-	return s.recoverPanics(s.authenticate(s.routeAlias(h)))
+	return s.withRequestID(s.recoverPanics(s.authenticate(s.limitBody(s.routeAlias(h)))))
 }
 
 // routeAlias serves GET /templates/aliases/{alias}, which the generated
@@ -100,13 +156,31 @@ type teamKey struct{}
 
 func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(string); return t }
 
+// isUpload tells the template file upload, whose URL is signed: it needs
+// no credentials and its body is an archive, not JSON.
+func isUpload(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, build.UploadPathPrefix)
+}
+
 // authenticate resolves the caller's team from X-API-Key, or from an
-// access token in Authorization: Bearer. Only /health and template file
-// uploads (whose URLs are signed) are open.
+// access token in Authorization: Bearer, and applies the team's rate
+// limit. Only /health and template file uploads (whose URLs are signed)
+// are open. A client address that failed too often is refused first.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" || (r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, build.UploadPathPrefix)) {
+		if r.URL.Path == "/health" {
 			next.ServeHTTP(w, r)
+			return
+		}
+		client := ratelimit.ClientKey(r.RemoteAddr)
+		if blocked, wait := s.authFailures.Blocked(client); blocked {
+			tooMany(w, wait, "too many failed authentications from this address; retry later")
+			return
+		}
+		if isUpload(r) {
+			// The signature is checked by the builder; a bad one spends
+			// the address's budget like a bad key.
+			next.ServeHTTP(&authWatcher{ResponseWriter: w, fail: func() { s.authFailures.Spend(client) }}, r)
 			return
 		}
 		kind, secret := store.KindAPIKey, r.Header.Get("X-API-Key")
@@ -116,11 +190,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 		}
 		if secret == "" {
+			s.authFailures.Spend(client)
 			writeError(w, http.StatusUnauthorized, "missing credentials: send an API key in the X-API-Key header (or an access token as Authorization: Bearer)")
 			return
 		}
 		key, err := auth.Authenticate(r.Context(), s.cfg.Store, kind, secret)
 		if errors.Is(err, auth.ErrUnauthorized) {
+			s.authFailures.Spend(client)
 			writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 			return
 		}
@@ -128,8 +204,79 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.internal(w, r, err)
 			return
 		}
+		if s.teams != nil {
+			if ok, wait := s.teams.Allow(key.TeamID); !ok {
+				tooMany(w, wait, fmt.Sprintf("the team's rate limit (%g requests/s) is exceeded; retry later", s.cfg.RateLimit))
+				return
+			}
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), teamKey{}, key.TeamID)))
 	})
+}
+
+// authWatcher calls fail when the response is a 403 (a bad signature).
+type authWatcher struct {
+	http.ResponseWriter
+	fail func()
+}
+
+func (a *authWatcher) WriteHeader(status int) {
+	if status == http.StatusForbidden {
+		a.fail()
+	}
+	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *authWatcher) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// tooMany answers 429 with Retry-After in whole seconds, which the SDK
+// honours by retrying.
+func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
+	writeError(w, http.StatusTooManyRequests, msg)
+}
+
+// limitBody caps request bodies at maxBody (413), except the upload's.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isUpload(r) {
+			if r.ContentLength > maxBody {
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBody))
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type requestIDKey struct{}
+
+// requestID is the ID withRequestID gave the request.
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return id
+}
+
+// RequestIDHeader carries each response's request ID, which the server
+// log's lines about that request name too.
+const RequestIDHeader = "X-Request-Id"
+
+// withRequestID names each request with a fresh ID (never the client's),
+// returned in RequestIDHeader.
+func (s *Server) withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := NewRequestID()
+		w.Header().Set(RequestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+// NewRequestID returns a random request ID: 16 hex digits.
+func NewRequestID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // recoverPanics turns a handler's panic into a 500 with E2B's body.
@@ -140,8 +287,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("panic in API handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-				writeError(w, http.StatusInternalServerError, "internal server error")
+				s.internal(w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -158,9 +304,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// internal answers 500 without a word of the error, which goes to the
+// log under the request's ID; the body names only that ID.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Error("API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal server error: "+err.Error())
+	id := requestID(r)
+	s.log.Error("API request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, InternalErrorMessage(id))
+}
+
+// InternalErrorMessage is the message of every 500.
+func InternalErrorMessage(requestID string) string {
+	return "internal error (request " + requestID + ")"
 }
 
 // fail maps the sandbox manager's errors to statuses.
@@ -186,26 +340,37 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// decode reads a JSON body into v. Unknown fields are allowed (the SDK
-// sends some); an empty body leaves v as it is when optional.
-func decode(r *http.Request, v any, optional bool) error {
-	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+// readJSON reads a JSON body into v, or answers the error (400, or 413
+// for a body over maxBody) and returns false. Unknown fields are allowed
+// (the SDK sends some); an empty body leaves v as it is when optional.
+func readJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	status, err := decode(r.Body, v, optional)
 	if err != nil {
-		return fmt.Errorf("reading the body: %w", err)
+		writeError(w, status, err.Error())
+		return false
 	}
-	if len(data) > maxBody {
-		return fmt.Errorf("the body is larger than %d bytes", maxBody)
+	return true
+}
+
+func decode(body io.Reader, v any, optional bool) (status int, _ error) {
+	data, err := io.ReadAll(io.LimitReader(body, maxBody+1))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) || len(data) > maxBody {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("the body is larger than %d bytes", maxBody)
+	}
+	if err != nil {
+		return http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		if optional {
-			return nil
+			return 0, nil
 		}
-		return errors.New("a JSON body is required")
+		return http.StatusBadRequest, errors.New("a JSON body is required")
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("invalid JSON body: %w", err)
+		return http.StatusBadRequest, fmt.Errorf("invalid JSON body: %w", err)
 	}
-	return nil
+	return 0, nil
 }
 
 // seconds turns a request's timeout into a duration, or the default.
@@ -234,8 +399,7 @@ func (s *Server) CreateSandboxV2(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.Duration) {
 	var body gen.NewSandbox
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
 	if body.TemplateID == "" {
@@ -268,6 +432,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	}
 	if body.Mcp != nil {
 		req.Extra.MCP = *body.Mcp
+	}
+	if s.diskFull(w, r) {
+		return
 	}
 	rec, err := s.cfg.Sandboxes.Create(r.Context(), req)
 	if err != nil {
@@ -445,9 +612,12 @@ func parseToken(tok string) (store.Cursor, bool, error) {
 	return store.Cursor{StartedAt: t, ID: parts[1]}, len(parts) == 2, nil
 }
 
+// maxMetadataPairs bounds the pairs of a metadata filter.
+const maxMetadataPairs = 64
+
 // parseMetadata decodes the metadata filter as the SDK encodes it: a
 // query string of pairs whose keys and values are percent-encoded once
-// more (wire contract §3.2).
+// more (wire contract §3.2). Keys are not empty and not repeated.
 func parseMetadata(p *string) (map[string]string, error) {
 	if p == nil || *p == "" {
 		return nil, nil
@@ -456,8 +626,12 @@ func parseMetadata(p *string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid metadata filter: %w", err)
 	}
+	pairs := strings.Split(q, "&")
+	if len(pairs) > maxMetadataPairs {
+		return nil, fmt.Errorf("invalid metadata filter: more than %d pairs", maxMetadataPairs)
+	}
 	out := map[string]string{}
-	for _, pair := range strings.Split(q, "&") {
+	for _, pair := range pairs {
 		kv := strings.Split(pair, "=")
 		if len(kv) != 2 {
 			return nil, fmt.Errorf("invalid metadata filter %q: want key=value pairs joined by &", *p)
@@ -466,6 +640,12 @@ func parseMetadata(p *string) (map[string]string, error) {
 		v, err2 := url.QueryUnescape(kv[1])
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("invalid metadata filter: %w", err)
+		}
+		if k == "" {
+			return nil, errors.New("invalid metadata filter: an empty key")
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("invalid metadata filter: key %q given twice", k)
 		}
 		out[k] = v
 	}
@@ -484,8 +664,7 @@ func (s *Server) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ge
 	var body struct {
 		Timeout *int32 `json:"timeout"`
 	}
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
 	if body.Timeout == nil {
@@ -506,8 +685,7 @@ func (s *Server) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ge
 
 func (s *Server) RefreshSandbox(w http.ResponseWriter, r *http.Request, id gen.SandboxID) {
 	var body gen.RefreshSandboxJSONBody
-	if err := decode(r, &body, true); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, true) {
 		return
 	}
 	d := defaultRefresh
@@ -535,8 +713,7 @@ func (s *Server) ConnectSandboxV2(w http.ResponseWriter, r *http.Request, id gen
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, defTimeout time.Duration) {
 	var body gen.ConnectSandbox
-	if err := decode(r, &body, true); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, true) {
 		return
 	}
 	timeout, err := seconds(body.Timeout, defTimeout, "timeout")

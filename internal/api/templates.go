@@ -34,17 +34,6 @@ func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error)
 	}
 }
 
-// checkResources applies the seed's bounds: cpuCount ≥ 1, memoryMB ≥ 128.
-func checkResources(cpu, mem *int32) error {
-	if cpu != nil && *cpu < 1 {
-		return errors.New("cpuCount must be at least 1")
-	}
-	if mem != nil && *mem < 128 {
-		return errors.New("memoryMB must be at least 128")
-	}
-	return nil
-}
-
 func int32OrZero(p *int32) int {
 	if p == nil {
 		return 0
@@ -55,11 +44,10 @@ func int32OrZero(p *int32) int {
 func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
 	b := s.cfg.Templates
 	var body gen.TemplateBuildRequestV3
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
-	if err := checkResources(body.CpuCount, body.MemoryMB); err != nil {
+	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -113,6 +101,10 @@ func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templa
 
 func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string, params gen.UploadTemplateFilesParams) {
 	b := s.cfg.Templates
+	if s.diskFull(w, r) {
+		return
+	}
+	extendDeadlines(w, s.cfg.UploadTimeout)
 	if err := b.Upload(r.Context(), templateID, hash, params.Expires, params.Signature, r.Body); err != nil {
 		s.failTemplate(w, r, err)
 		return
@@ -123,8 +115,7 @@ func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, tem
 func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID) {
 	b := s.cfg.Templates
 	var body gen.TemplateBuildStartV2
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
 	spec := build.Spec{
@@ -141,6 +132,9 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 	}
 	for _, st := range deref(body.Steps) {
 		spec.Steps = append(spec.Steps, build.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
+	}
+	if s.diskFull(w, r) {
+		return
 	}
 	if err := b.StartBuild(r.Context(), teamOf(r), templateID, buildID, spec); err != nil {
 		s.failTemplate(w, r, err)
@@ -204,16 +198,18 @@ func logEntries(l []store.BuildLogEntry) []gen.BuildLogEntry {
 func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
 	b := s.cfg.Templates
 	var body gen.TemplateBuildRequest
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
-	if err := checkResources(body.CpuCount, body.MemoryMB); err != nil {
+	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if strings.TrimSpace(body.Dockerfile) == "" {
 		writeError(w, http.StatusBadRequest, "dockerfile is required")
+		return
+	}
+	if s.diskFull(w, r) {
 		return
 	}
 	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, build.RebuildRequest{
@@ -319,8 +315,7 @@ func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias 
 func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
 	b := s.cfg.Templates
 	var body gen.AssignTemplateTagsRequest
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
 	buildID, tags, err := b.AssignTags(r.Context(), teamOf(r), body.Target, body.Tags)
@@ -334,8 +329,7 @@ func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
 func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
 	b := s.cfg.Templates
 	var body gen.DeleteTemplateTagsRequest
-	if err := decode(r, &body, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &body, false) {
 		return
 	}
 	if err := b.RemoveTags(r.Context(), teamOf(r), body.Name, body.Tags); err != nil {

@@ -1,0 +1,279 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// The handlers are tested through New with fakes of the store (keys
+// only), the sandbox manager and the builder: no node, no database.
+
+const (
+	keyTeam1 = "e2b_1111111111111111111111111111111111111111"
+	keyTeam2 = "e2b_2222222222222222222222222222222222222222"
+)
+
+// fakeStore knows two API keys; every other method panics (nil embed).
+type fakeStore struct {
+	store.Store
+	err error // returned by KeyByHash when set
+}
+
+func (f fakeStore) KeyByHash(_ context.Context, kind store.KeyKind, hash string) (store.Key, error) {
+	if f.err != nil {
+		return store.Key{}, f.err
+	}
+	for key, team := range map[string]string{keyTeam1: "t1", keyTeam2: "t2"} {
+		if kind == store.KindAPIKey && hash == auth.Hash(key) {
+			return store.Key{ID: "k-" + team, TeamID: team, Kind: kind}, nil
+		}
+	}
+	return store.Key{}, store.ErrNotFound
+}
+
+// fakeSandboxes records calls and answers with its functions.
+type fakeSandboxes struct {
+	mu     sync.Mutex
+	calls  []string
+	create func(sandbox.CreateRequest) (store.Sandbox, error)
+}
+
+func (f *fakeSandboxes) called(name string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, name)
+	f.mu.Unlock()
+}
+
+func (f *fakeSandboxes) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
+	f.called("Create")
+	if f.create != nil {
+		return f.create(req)
+	}
+	now := time.Now()
+	return store.Sandbox{ID: "sbx1", TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, StartedAt: now, EndAt: now.Add(req.Timeout)}, nil
+}
+
+func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox, error) {
+	f.called("Get")
+	return store.Sandbox{}, sandbox.ErrNotFound
+}
+
+func (f *fakeSandboxes) List(_ context.Context, teamID string, _ store.SandboxFilter) ([]store.Sandbox, error) {
+	f.called("List")
+	return nil, nil
+}
+
+func (f *fakeSandboxes) Kill(context.Context, string, string) error {
+	f.called("Kill")
+	return nil
+}
+
+func (f *fakeSandboxes) SetTimeout(context.Context, string, string, time.Duration) error {
+	f.called("SetTimeout")
+	return nil
+}
+
+func (f *fakeSandboxes) Refresh(context.Context, string, string, time.Duration) error {
+	f.called("Refresh")
+	return nil
+}
+
+func (f *fakeSandboxes) Connect(context.Context, string, string, time.Duration) (store.Sandbox, bool, error) {
+	f.called("Connect")
+	return store.Sandbox{ID: "sbx1"}, false, nil
+}
+
+func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time.Time) ([]sandbox.Metric, error) {
+	f.called("Metrics")
+	return nil, nil
+}
+
+func (f *fakeSandboxes) Logs(context.Context, string, string, time.Time, int) ([]sandbox.LogEntry, error) {
+	f.called("Logs")
+	return nil, nil
+}
+
+// fakeTemplates records calls; err, if set, is what every call returns.
+type fakeTemplates struct {
+	fakeSandboxes // for its call log
+	err           error
+	uploaded      int64
+}
+
+func (f *fakeTemplates) Create(_ context.Context, req build.CreateRequest) (build.Created, error) {
+	f.called("Create")
+	return build.Created{Template: store.Template{ID: "tpl1"}, BuildID: "b1", Tags: []string{"default"}}, f.err
+}
+
+func (f *fakeTemplates) FileStatus(context.Context, string, string, string, string) (bool, string, error) {
+	f.called("FileStatus")
+	return false, "http://x/upload", f.err
+}
+
+func (f *fakeTemplates) Upload(_ context.Context, templateID, hash, expires, signature string, body io.Reader) error {
+	f.called("Upload")
+	if signature != "good" {
+		return build.ErrForbidden
+	}
+	n, err := io.Copy(io.Discard, body)
+	f.mu.Lock()
+	f.uploaded = n
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.err
+}
+
+func (f *fakeTemplates) StartBuild(context.Context, string, string, string, build.Spec) error {
+	f.called("StartBuild")
+	return f.err
+}
+
+func (f *fakeTemplates) Status(context.Context, string, string, string, int, int, string) (build.Status, error) {
+	f.called("Status")
+	return build.Status{}, f.err
+}
+
+func (f *fakeTemplates) Rebuild(context.Context, string, string, build.RebuildRequest) (build.TemplateInfo, error) {
+	f.called("Rebuild")
+	return build.TemplateInfo{}, f.err
+}
+
+func (f *fakeTemplates) List(context.Context, string) ([]build.TemplateInfo, error) {
+	f.called("List")
+	return nil, f.err
+}
+
+func (f *fakeTemplates) Get(context.Context, string, string) (build.TemplateInfo, error) {
+	f.called("Get")
+	return build.TemplateInfo{}, f.err
+}
+
+func (f *fakeTemplates) Delete(context.Context, string, string) error {
+	f.called("Delete")
+	return f.err
+}
+
+func (f *fakeTemplates) Alias(context.Context, string, string) (store.Template, error) {
+	f.called("Alias")
+	return store.Template{}, f.err
+}
+
+func (f *fakeTemplates) AssignTags(context.Context, string, string, []string) (string, []string, error) {
+	f.called("AssignTags")
+	return "b1", []string{"v1"}, f.err
+}
+
+func (f *fakeTemplates) RemoveTags(context.Context, string, string, []string) error {
+	f.called("RemoveTags")
+	return f.err
+}
+
+func (f *fakeTemplates) Tags(context.Context, string, string) ([]store.Tag, error) {
+	f.called("Tags")
+	return nil, f.err
+}
+
+// harness is an API with fakes behind it and a log to read.
+type harness struct {
+	t         testing.TB
+	h         http.Handler
+	sandboxes *fakeSandboxes
+	templates *fakeTemplates
+	log       *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newHarness builds the API from cfg, filling in the fakes.
+func newHarness(t testing.TB, cfg Config) *harness {
+	hs := &harness{t: t, sandboxes: &fakeSandboxes{}, templates: &fakeTemplates{}, log: &syncBuffer{}}
+	if cfg.Store == nil {
+		cfg.Store = fakeStore{}
+	}
+	if cfg.Sandboxes == nil {
+		cfg.Sandboxes = hs.sandboxes
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = hs.templates
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(hs.log, nil))
+	hs.h = New(cfg)
+	return hs
+}
+
+// do sends a request with the team's key ("" for none) from remote.
+func (hs *harness) do(method, path, key, body string, hdr ...string) *httptest.ResponseRecorder {
+	return hs.doFrom("192.0.2.1:1234", method, path, key, body, hdr...)
+}
+
+func (hs *harness) doFrom(remote, method, path, key, body string, hdr ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.RemoteAddr = remote
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	hs.h.ServeHTTP(w, req)
+	return w
+}
+
+// errorBody decodes an E2B error body, failing on any other shape.
+func errorBody(t *testing.T, w *httptest.ResponseRecorder) (code int, message string) {
+	t.Helper()
+	var e struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code == nil || e.Message == nil {
+		t.Fatalf("not an E2B error body (%d): %q", w.Code, w.Body.String())
+	}
+	if *e.Code != w.Code {
+		t.Errorf("body code %d, status %d", *e.Code, w.Code)
+	}
+	return *e.Code, *e.Message
+}
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
