@@ -281,7 +281,7 @@ func (s *SQL) DeleteKey(ctx context.Context, id string) error {
 
 const sandboxColumns = "id, team_id, template_id, alias, state, started_at, end_at, cpu_count, memory_mb, disk_size_mb, " +
 	"envd_version, envd_access_token, traffic_access_token, metadata, env_vars, allow_internet_access, " +
-	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at"
+	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at, paused_at"
 
 func sandboxArgs(sb *Sandbox) ([]any, error) {
 	meta, err := json.Marshal(orEmpty(sb.Metadata))
@@ -299,7 +299,7 @@ func sandboxArgs(sb *Sandbox) ([]any, error) {
 	return []any{sb.ID, sb.TeamID, sb.TemplateID, sb.Alias, string(sb.State), ms(sb.StartedAt), ms(sb.EndAt),
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken, sb.TrafficAccessToken,
 		string(meta), string(envs), inet, b2i(sb.AutoPause), b2i(sb.AutoResume), b2i(sb.Secure),
-		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt)}, nil
+		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt), ms(sb.PausedAt)}, nil
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -312,17 +312,17 @@ func orEmpty(m map[string]string) map[string]string {
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
 	var state, meta, envs string
-	var started, end, updated int64
+	var started, end, updated, paused int64
 	var inet sql.NullInt64
 	var autoPause, autoResume, secure int
 	err := row.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &started, &end,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &sb.EnvdVersion, &sb.EnvdAccessToken, &sb.TrafficAccessToken,
-		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated)
+		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated, &paused)
 	if err != nil {
 		return sb, err
 	}
 	sb.State = SandboxState(state)
-	sb.StartedAt, sb.EndAt, sb.UpdatedAt = fromMS(started), fromMS(end), fromMS(updated)
+	sb.StartedAt, sb.EndAt, sb.UpdatedAt, sb.PausedAt = fromMS(started), fromMS(end), fromMS(updated), fromMS(paused)
 	if inet.Valid {
 		v := inet.Int64 != 0
 		sb.AllowInternetAccess = &v

@@ -94,6 +94,8 @@ type Sandbox struct {
 	// mounts...) as JSON.
 	Extra     string
 	UpdatedAt time.Time
+	// PausedAt is when the sandbox was paused; zero unless it is paused.
+	PausedAt time.Time
 }
 
 // SandboxFilter selects sandboxes for ListSandboxes.

@@ -150,6 +150,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		}
 		upd, err := s.UpdateSandbox(ctx, "sb1", func(x *Sandbox) error {
 			x.State = StatePaused
+			x.PausedAt = t0.Add(time.Minute)
 			x.EndAt = t0.Add(time.Hour)
 			x.AllowInternetAccess = nil
 			return nil
@@ -158,7 +159,7 @@ func TestSandboxLifecycle(t *testing.T) {
 			t.Fatalf("UpdateSandbox = %+v %v", upd, err)
 		}
 		got, _ = s.GetSandbox(ctx, "sb1")
-		if got.State != StatePaused || !got.EndAt.Equal(t0.Add(time.Hour)) || got.AllowInternetAccess != nil || got.Metadata["k"] != "v" {
+		if got.State != StatePaused || !got.PausedAt.Equal(t0.Add(time.Minute)) || !got.EndAt.Equal(t0.Add(time.Hour)) || got.AllowInternetAccess != nil || got.Metadata["k"] != "v" {
 			t.Errorf("after update %+v", got)
 		}
 		boom := errors.New("boom")
