@@ -22,9 +22,7 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +41,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
+	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -260,23 +259,16 @@ func requestID(r *http.Request) string {
 
 // RequestIDHeader carries each response's request ID, which the server
 // log's lines about that request name too.
-const RequestIDHeader = "X-Request-Id"
+const RequestIDHeader = reqid.Header
 
 // withRequestID names each request with a fresh ID (never the client's),
 // returned in RequestIDHeader.
 func (s *Server) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := NewRequestID()
+		id := reqid.New()
 		w.Header().Set(RequestIDHeader, id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
 	})
-}
-
-// NewRequestID returns a random request ID: 16 hex digits.
-func NewRequestID() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // recoverPanics turns a handler's panic into a 500 with E2B's body.
@@ -309,12 +301,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r)
 	s.log.Error("API request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, InternalErrorMessage(id))
-}
-
-// InternalErrorMessage is the message of every 500.
-func InternalErrorMessage(requestID string) string {
-	return "internal error (request " + requestID + ")"
+	writeError(w, http.StatusInternalServerError, reqid.InternalMessage(id))
 }
 
 // fail maps the sandbox manager's errors to statuses.
