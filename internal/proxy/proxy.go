@@ -5,10 +5,23 @@
 // Routing follows E2B's proxy. A request that carries E2b-Sandbox-Id or
 // E2b-Sandbox-Port (the SDK always sends both on envd calls, which is what
 // makes E2B_SANDBOX_URL work) is routed by those headers; any other by its
-// Host, {port}-{sandboxID}.{domain}. Errors are JSON with the status as
+// Host, {port}-{sandboxID}.{domain}. Both are parsed strictly (ParseRoute):
+// a sandbox ID is lower-case letters and digits, a port 1..65535 in plain
+// digits, a host ASCII (compared in lower case, a trailing dot and a
+// :port allowed) with nothing between its first label and the domain;
+// headers given twice are refused. Errors are JSON with the status as
 // code: 400 for a request that names no sandbox, 502 when the sandbox is
 // gone (the SDK reads that as "not running") or its port is closed, 409
-// while it changes state, 403 for a missing traffic token.
+// while it changes state, 403 for a missing traffic token, 500 (naming
+// only a request ID; the detail is logged) for anything else.
+//
+// Credentials before side effects. A paused sandbox created with
+// autoResume resumes on traffic, but only once the request has passed the
+// sandbox's traffic token check, and, on envd's port (which the traffic
+// token does not guard), only with envd's access token: nobody resumes a
+// sandbox with its ID alone. Requests refused for a wrong token spend
+// their client address's budget; once it is spent, that address gets 429
+// with Retry-After.
 //
 // Responses are flushed as they come (Connect server streams and
 // long-polls must not be buffered), and WebSocket upgrades pass through.
@@ -29,10 +42,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/ratelimit"
+	"github.com/warren-sandbox/warren/internal/reqid"
 )
 
 // EnvdPort is envd's port in every sandbox.
@@ -56,11 +73,22 @@ type Target struct {
 	// MaskRequestHost, if set, replaces the Host of requests to any port
 	// but envd's, with "${PORT}" replaced by the port.
 	MaskRequestHost string
+	// EnvdAccessToken is what envd wants in X-Access-Token. envd checks
+	// it itself, but only once it runs: a paused sandbox is resumed by a
+	// request to envd's port only if the request carries it.
+	EnvdAccessToken string
+	// Paused says the sandbox is paused and resumes on traffic: the proxy
+	// calls Resolver.Resume once the request has shown its credentials.
+	Paused bool
 }
 
-// Resolver finds sandboxes. Resolve may block briefly (to resume one).
+// Resolver finds sandboxes.
 type Resolver interface {
+	// Resolve finds a sandbox's target without changing anything. A
+	// paused sandbox that does not resume on traffic is ErrNotFound.
 	Resolve(ctx context.Context, sandboxID string) (Target, error)
+	// Resume thaws a paused sandbox (it may block briefly).
+	Resume(ctx context.Context, sandboxID string) error
 }
 
 // Config configures a Proxy.
@@ -68,7 +96,9 @@ type Config struct {
 	// Domain is what clients put after {port}-{sandboxID}. in hosts.
 	Domain   string
 	Resolver Resolver
-	Logger   *slog.Logger
+	// Now is the failure budget's clock; nil: time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Proxy is the sandbox proxy's HTTP handler.
@@ -77,7 +107,18 @@ type Proxy struct {
 	log       *slog.Logger
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
+	// failures is each client address's budget of requests refused for
+	// a wrong token; once spent, its requests are refused (429) before
+	// any token is compared.
+	failures *ratelimit.Keyed
 }
+
+// A client address may send authFailureBurst requests with a wrong token,
+// then one a second.
+const (
+	authFailureRate  = 1
+	authFailureBurst = 20
+)
 
 // NewTransport returns a transport suited to one sandbox's traffic.
 func NewTransport() *http.Transport {
@@ -104,7 +145,8 @@ func New(cfg Config) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, transport: NewTransport()}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, transport: NewTransport(),
+		failures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     roundTripper{p},
@@ -126,28 +168,47 @@ func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	return rt.RoundTrip(r)
 }
 
-// ServeHTTP routes a request to its sandbox.
+// ServeHTTP routes a request to its sandbox: it finds the sandbox, checks
+// the request's token, and only then resumes a paused sandbox and
+// forwards the request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, port, err := p.parse(r)
+	defer p.recoverPanic(w, r)
+	client := ratelimit.ClientKey(r.RemoteAddr)
+	if blocked, wait := p.failures.Blocked(client); blocked {
+		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
+		writeError(w, http.StatusTooManyRequests, "", 0, "too many requests with a wrong token from this address; retry later")
+		return
+	}
+	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "", 0, err.Error())
 		return
 	}
-	t, err := p.cfg.Resolver.Resolve(r.Context(), id)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
-		return
-	case errors.Is(err, ErrTransitioning):
-		writeError(w, http.StatusConflict, id, 0, "The sandbox is changing state, retry shortly")
-		return
-	case err != nil:
-		writeError(w, http.StatusBadGateway, id, 0, err.Error())
+	traffic := r.Header.Values(trafficTokenHeader)
+	if len(traffic) > 1 {
+		writeError(w, http.StatusBadRequest, id, 0, "header "+trafficTokenHeader+" given more than once")
 		return
 	}
-	if !trafficAllowed(port, t.TrafficToken, r.Header.Get("e2b-traffic-access-token")) {
+	t, err := p.cfg.Resolver.Resolve(r.Context(), id)
+	if err != nil {
+		p.resolveError(w, r, id, err)
+		return
+	}
+	if !trafficAllowed(port, t.TrafficToken, strings.Join(traffic, "")) {
+		p.failures.Spend(client)
 		writeError(w, http.StatusForbidden, id, 0, "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header")
 		return
+	}
+	if t.Paused {
+		if port == EnvdPort && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
+			p.failures.Spend(client)
+			writeError(w, http.StatusUnauthorized, id, 0, "the sandbox is paused: a request to envd resumes it only with the sandbox's access token in X-Access-Token")
+			return
+		}
+		if err := p.cfg.Resolver.Resume(r.Context(), id); err != nil {
+			p.resolveError(w, r, id, err)
+			return
+		}
 	}
 	rt := &route{sandboxID: id, port: port, target: t}
 	// The upstream may answer before it has read the whole request body
@@ -157,6 +218,42 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// upstream connection mid-response.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
+}
+
+const trafficTokenHeader = "E2b-Traffic-Access-Token"
+
+// resolveError answers a Resolver's error.
+func (p *Proxy) resolveError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
+	case errors.Is(err, ErrTransitioning):
+		writeError(w, http.StatusConflict, id, 0, "The sandbox is changing state, retry shortly")
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client left; nobody reads an answer.
+	default:
+		p.internal(w, r, id, err)
+	}
+}
+
+// internal answers 500 naming only a request ID, under which the error
+// is logged.
+func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, sandboxID string, err error) {
+	rid := reqid.New()
+	p.log.Error("proxy request failed", "request_id", rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
+	w.Header().Set(reqid.Header, rid)
+	writeError(w, http.StatusInternalServerError, "", 0, reqid.InternalMessage(rid))
+}
+
+// recoverPanic turns a panic into a 500, except the one ReverseProxy
+// uses to abort a response already under way.
+func (p *Proxy) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		p.internal(w, r, "", fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+	}
 }
 
 // trafficAllowed reports whether a request to port passes the sandbox's
@@ -170,33 +267,124 @@ func trafficAllowed(port int, want, got string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// parse finds the sandbox and port a request is for.
-func (p *Proxy) parse(r *http.Request) (id string, port int, err error) {
-	hid, hport := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
-	if hid != "" || hport != "" {
-		if hid == "" {
-			return "", 0, errors.New("missing header E2b-Sandbox-Id")
-		}
-		if hport == "" {
-			return "", 0, errors.New("missing header E2b-Sandbox-Port")
-		}
-		port, err := strconv.Atoi(hport)
-		if err != nil || port < 1 || port > 65535 {
-			return "", 0, fmt.Errorf("invalid E2b-Sandbox-Port %q", hport)
-		}
-		return hid, port, nil
+// tokenMatches reports whether a header given once holds want.
+func tokenMatches(want string, got []string) bool {
+	return want != "" && len(got) == 1 && subtle.ConstantTimeCompare([]byte(got[0]), []byte(want)) == 1
+}
+
+// ParseRoute finds the sandbox and port a request is for: from headers
+// E2b-Sandbox-Id and E2b-Sandbox-Port when either is present, else from
+// host, which must be {port}-{sandboxID}.{domain} (any case, a trailing
+// dot and a :port allowed). Every route it returns has a valid sandbox ID
+// (ValidSandboxID) and a port in 1..65535.
+func ParseRoute(domain, host string, h http.Header) (id string, port int, err error) {
+	ids, ports := h.Values("E2b-Sandbox-Id"), h.Values("E2b-Sandbox-Port")
+	if len(ids) > 0 || len(ports) > 0 {
+		return routeByHeaders(ids, ports)
 	}
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	return routeByHost(domain, host)
+}
+
+func routeByHeaders(ids, ports []string) (string, int, error) {
+	switch {
+	case len(ids) == 0:
+		return "", 0, errors.New("missing header E2b-Sandbox-Id")
+	case len(ports) == 0:
+		return "", 0, errors.New("missing header E2b-Sandbox-Port")
+	case len(ids) > 1 || len(ports) > 1:
+		return "", 0, errors.New("headers E2b-Sandbox-Id and E2b-Sandbox-Port must be given once each")
 	}
-	label, _, _ := strings.Cut(host, ".")
-	ps, id, ok := strings.Cut(label, "-")
-	port, perr := strconv.Atoi(ps)
-	if !ok || id == "" || perr != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("cannot tell the sandbox from host %q: use {port}-{sandboxID}.%s, or the E2b-Sandbox-Id and E2b-Sandbox-Port headers", r.Host, p.cfg.Domain)
+	if !ValidSandboxID(ids[0]) {
+		return "", 0, fmt.Errorf("invalid E2b-Sandbox-Id %q: a sandbox ID is lower-case letters and digits", ids[0])
+	}
+	port, ok := parsePort(ports[0])
+	if !ok {
+		return "", 0, fmt.Errorf("invalid E2b-Sandbox-Port %q: want a port from 1 to 65535", ports[0])
+	}
+	return ids[0], port, nil
+}
+
+func routeByHost(domain, host string) (string, int, error) {
+	bad := func(why string) (string, int, error) {
+		return "", 0, fmt.Errorf("cannot tell the sandbox from host %q (%s): use {port}-{sandboxID}.%s, or the E2b-Sandbox-Id and E2b-Sandbox-Port headers", host, why, domain)
+	}
+	name, ok := hostName(host)
+	if !ok {
+		return bad("not a host name")
+	}
+	domain, _ = hostName(domain)
+	label, rest, _ := strings.Cut(name, ".")
+	if domain != "" && rest != domain {
+		// {port}-{id} must be the only label before the domain.
+		return bad("not {port}-{sandboxID} directly under " + domain)
+	}
+	ps, id, _ := strings.Cut(label, "-")
+	port, ok := parsePort(ps)
+	if !ok {
+		return bad("no port from 1 to 65535")
+	}
+	if !ValidSandboxID(id) {
+		return bad("no sandbox ID")
 	}
 	return id, port, nil
+}
+
+// hostName is host in lower case without its :port and trailing dot, if
+// it is an ASCII host name (IPv6 literals and anything else are not).
+func hostName(host string) (string, bool) {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		if _, ok := parsePort(host[i+1:]); !ok {
+			return "", false
+		}
+		host = host[:i]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return "", false
+	}
+	b := []byte(host)
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.':
+		default:
+			// Non-ASCII too: Unicode case folding would let "K" (the
+			// Kelvin sign) stand for "k".
+			return "", false
+		}
+	}
+	return string(b), true
+}
+
+// parsePort reads a port: decimal digits without a sign or leading zero,
+// 1..65535.
+func parsePort(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 5 || s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n <= 65535
+}
+
+// ValidSandboxID reports whether id has a sandbox ID's shape: 1 to 63
+// lower-case letters and digits (one DNS label without '-').
+func ValidSandboxID(id string) bool {
+	if len(id) == 0 || len(id) > 63 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -209,7 +397,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Del("E2b-Sandbox-Id")
 	pr.Out.Header.Del("E2b-Sandbox-Port")
-	pr.Out.Header.Del("e2b-traffic-access-token")
+	pr.Out.Header.Del(trafficTokenHeader)
 	pr.SetXForwarded()
 }
 
@@ -227,8 +415,11 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "The sandbox is running but port is not open")
 		return
 	}
-	p.log.Debug("sandbox request failed", "sandbox", rt.sandboxID, "port", rt.port, "err", err)
-	writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "sandbox request failed: "+err.Error())
+	// The error names addresses inside the node: it goes to the log only.
+	rid := reqid.New()
+	p.log.Warn("sandbox request failed", "request_id", rid, "sandbox", rt.sandboxID, "port", rt.port, "err", err)
+	w.Header().Set(reqid.Header, rid)
+	writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "sandbox request failed (request "+rid+")")
 }
 
 // writeError writes E2B's proxy error body: code and message, and the

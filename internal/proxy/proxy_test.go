@@ -16,10 +16,11 @@ import (
 	"time"
 )
 
-// resolverFunc adapts a function to Resolver.
+// resolverFunc adapts a function to Resolver; nothing is ever paused.
 type resolverFunc func(ctx context.Context, id string) (Target, error)
 
 func (f resolverFunc) Resolve(ctx context.Context, id string) (Target, error) { return f(ctx, id) }
+func (f resolverFunc) Resume(ctx context.Context, id string) error      { return nil }
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 

@@ -14,7 +14,8 @@
 // start + timeout; SetTimeout moves it to now + timeout (shorter or
 // longer); Refresh and Connect only move it later. A reaper kills each
 // running sandbox whose end time has passed, or pauses it when it was
-// created with autoPause.
+// created with autoPause. Paused sandboxes are removed once they have been
+// paused longer than PausedRetention (the pause time is recorded).
 //
 // Warm pools. For the templates in Config.PoolTemplates the manager keeps
 // PoolSize sandboxes started ahead of demand, with a private envd token
@@ -26,7 +27,12 @@
 //
 // Capacity. MaxSandboxes bounds all sandboxes of this node, warm ones
 // included (ErrNoCapacity, which the API maps to 503); MaxPerTeam bounds a
-// team's sandboxes (ErrTeamLimit, 429).
+// team's sandboxes (ErrTeamLimit, 429). Admission also counts nominal
+// resources: the CPUs and memory of live, starting and warm sandboxes may
+// add up to the node's totals times CPUOvercommit and MemoryOvercommit,
+// checked for every cold create and every warm sandbox the pools start
+// (ErrNoCapacity naming the resource). A sandbox asking more CPUs or
+// memory than the whole node has is ErrInvalid.
 package sandbox
 
 import (
@@ -42,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -72,6 +79,13 @@ type Resources struct {
 // DefaultResources are what a template that says nothing gets.
 var DefaultResources = Resources{CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024}
 
+// Defaults of Config's admission and retention fields.
+const (
+	DefaultCPUOvercommit    = 8
+	DefaultMemoryOvercommit = 2
+	DefaultPausedRetention  = 30 * 24 * time.Hour
+)
+
 // Config wires a Manager.
 type Config struct {
 	Store  store.Store
@@ -96,6 +110,16 @@ type Config struct {
 	// Resources are the limits of every sandbox whose template names
 	// none. Default DefaultResources.
 	Resources Resources
+	// NodeCPUs and NodeMemoryMB are this node's totals. Default: read
+	// from the host (hostres.Read).
+	NodeCPUs, NodeMemoryMB int
+	// CPUOvercommit and MemoryOvercommit bound the nominal CPUs and
+	// memory of all sandboxes: at most the node's totals times these.
+	// Defaults DefaultCPUOvercommit and DefaultMemoryOvercommit.
+	CPUOvercommit, MemoryOvercommit float64
+	// PausedRetention is how long a sandbox may stay paused before it is
+	// removed. Default DefaultPausedRetention.
+	PausedRetention time.Duration
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
@@ -120,7 +144,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	live     map[string]*live // running and paused sandboxes, by ID
-	starting int              // cold creates in flight (capacity is counted with them)
+	starting usage            // creates in flight (capacity is counted with them)
 	perTeam  map[string]int   // live and starting sandboxes per team
 	pools    map[string]*pool
 	closed   bool
@@ -142,8 +166,10 @@ type live struct {
 	transport *http.Transport
 	// Copied from the record for the proxy; guarded by Manager.mu.
 	paused       bool
+	pausedAt     time.Time
 	autoResume   bool
 	trafficToken string
+	envdToken    string
 	maskHost     string
 	// Fixed for the sandbox's life; what its metrics are computed with.
 	cpuCount, memoryMB int
@@ -167,6 +193,27 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Resources == (Resources{}) {
 		cfg.Resources = DefaultResources
+	}
+	if cfg.NodeCPUs <= 0 || cfg.NodeMemoryMB <= 0 {
+		tot, err := hostres.Read()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: reading the node's CPUs and memory: %w", err)
+		}
+		if cfg.NodeCPUs <= 0 {
+			cfg.NodeCPUs = tot.CPUs
+		}
+		if cfg.NodeMemoryMB <= 0 {
+			cfg.NodeMemoryMB = tot.MemoryMB
+		}
+	}
+	if cfg.CPUOvercommit <= 0 {
+		cfg.CPUOvercommit = DefaultCPUOvercommit
+	}
+	if cfg.MemoryOvercommit <= 0 {
+		cfg.MemoryOvercommit = DefaultMemoryOvercommit
+	}
+	if cfg.PausedRetention <= 0 {
+		cfg.PausedRetention = DefaultPausedRetention
 	}
 	if cfg.PoolTemplates == nil {
 		cfg.PoolTemplates = []string{image.BaseTemplateID}
@@ -284,8 +331,12 @@ func (m *Manager) newLive(r store.Sandbox, sb *node.Sandbox) *live {
 	ex := ParseExtra(r.Extra)
 	l := &live{
 		id: r.ID, teamID: r.TeamID, sb: sb, transport: proxy.NewTransport(),
-		paused: r.State == store.StatePaused, autoResume: r.AutoResume,
-		cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
+		paused: r.State == store.StatePaused, pausedAt: r.PausedAt, autoResume: r.AutoResume,
+		envdToken: r.EnvdAccessToken, cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
+	}
+	if l.paused && l.pausedAt.IsZero() {
+		// Paused before pause times were recorded: its retention starts now.
+		l.pausedAt = time.Now()
 	}
 	if ex.Network != nil {
 		if ex.Network.AllowPublicTraffic != nil && !*ex.Network.AllowPublicTraffic {
@@ -322,39 +373,43 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, err
 	}
 	tmpl := resolved.Image
-	onlyWarm, err := m.reserve(req.TeamID)
+	res := m.cfg.Resources
+	if resolved.CPUCount > 0 {
+		res.CPUCount = resolved.CPUCount
+	}
+	if resolved.MemoryMB > 0 {
+		res.MemoryMB = resolved.MemoryMB
+	}
+	if err := m.withinNode(res); err != nil {
+		return store.Sandbox{}, err
+	}
+	full, err := m.reserve(req.TeamID, res)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			m.unreserve(req.TeamID)
+			m.unreserve(req.TeamID, res)
 		}
 	}()
 	now := time.Now()
 	rec := store.Sandbox{
 		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
 		StartedAt: now, EndAt: now.Add(req.Timeout),
-		CPUCount: m.cfg.Resources.CPUCount, MemoryMB: m.cfg.Resources.MemoryMB, DiskSizeMB: m.cfg.Resources.DiskSizeMB,
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
-	}
-	if resolved.CPUCount > 0 {
-		rec.CPUCount = resolved.CPUCount
-	}
-	if resolved.MemoryMB > 0 {
-		rec.MemoryMB = resolved.MemoryMB
 	}
 
 	var sb *node.Sandbox
 	var token string // envd's token until /init replaces it
 	if w := m.claimWarm(tmpl); w != nil {
 		sb, token = w.sb, w.token
-	} else if onlyWarm {
-		return store.Sandbox{}, fmt.Errorf("%w: this node runs %d sandboxes, its limit (--max-sandboxes); retry later", ErrNoCapacity, m.cfg.MaxSandboxes)
+	} else if full != nil {
+		return store.Sandbox{}, full
 	} else {
 		rec.ID = NewID()
 		token = rec.EnvdAccessToken
@@ -417,7 +472,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	m.mu.Lock()
 	m.live[rec.ID] = l
-	m.starting--
+	m.starting.add(res, -1)
 	m.mu.Unlock()
 	reserved = false // the team count now belongs to the live sandbox
 	return rec, nil
@@ -442,46 +497,85 @@ func validateCreate(req CreateRequest) error {
 	return nil
 }
 
-// reserve counts a sandbox about to be created against the limits. At
-// the node's limit a warm sandbox can still be handed out, since that
-// starts nothing new: onlyWarm says so.
-func (m *Manager) reserve(teamID string) (onlyWarm bool, _ error) {
+// reserve counts a sandbox of res about to be created against the limits.
+// When the node is full a warm sandbox can still be handed out, since that
+// starts nothing new: full is then why a cold start is not possible.
+func (m *Manager) reserve(teamID string, res Resources) (full, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return false, fmt.Errorf("%w: the server is shutting down", ErrNoCapacity)
+		return nil, fmt.Errorf("%w: the server is shutting down", ErrNoCapacity)
 	}
 	if m.cfg.MaxPerTeam > 0 && m.perTeam[teamID] >= m.cfg.MaxPerTeam {
-		return false, fmt.Errorf("%w: the team has %d sandboxes, the most it may have at once; kill one first", ErrTeamLimit, m.perTeam[teamID])
+		return nil, fmt.Errorf("%w: the team has %d sandboxes, the most it may have at once; kill one first", ErrTeamLimit, m.perTeam[teamID])
 	}
-	if m.usedLocked() >= m.cfg.MaxSandboxes {
-		if !m.anyWarmLocked() {
-			return false, fmt.Errorf("%w: this node runs %d sandboxes, its limit (--max-sandboxes); retry later", ErrNoCapacity, m.cfg.MaxSandboxes)
-		}
-		onlyWarm = true
+	if full = m.fitsLocked(res); full != nil && !m.anyWarmLocked() {
+		return nil, full
 	}
 	m.perTeam[teamID]++
-	m.starting++
-	return onlyWarm, nil
+	m.starting.add(res, 1)
+	return full, nil
 }
 
-func (m *Manager) unreserve(teamID string) {
+func (m *Manager) unreserve(teamID string, res Resources) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.starting--
+	m.starting.add(res, -1)
 	m.perTeam[teamID]--
 	if m.perTeam[teamID] <= 0 {
 		delete(m.perTeam, teamID)
 	}
 }
 
-// usedLocked counts sandboxes holding resources: live, being created, warm.
-func (m *Manager) usedLocked() int {
-	n := len(m.live) + m.starting
-	for _, p := range m.pools {
-		n += p.count()
+// usage is what sandboxes hold of the node, nominally.
+type usage struct{ sandboxes, cpus, memoryMB int }
+
+func (u *usage) add(r Resources, n int) {
+	u.sandboxes += n
+	u.cpus += n * r.CPUCount
+	u.memoryMB += n * r.MemoryMB
+}
+
+// usedLocked adds up the sandboxes holding resources: live (running and
+// paused), being created, warm and being warmed.
+func (m *Manager) usedLocked() usage {
+	u := m.starting
+	for _, l := range m.live {
+		u.add(Resources{CPUCount: l.cpuCount, MemoryMB: l.memoryMB}, 1)
 	}
-	return n
+	for _, p := range m.pools {
+		u.add(m.cfg.Resources, p.count())
+	}
+	return u
+}
+
+// fitsLocked says why one more sandbox of res does not fit on the node,
+// or nil if it does.
+func (m *Manager) fitsLocked(res Resources) error {
+	u := m.usedLocked()
+	if u.sandboxes >= m.cfg.MaxSandboxes {
+		return fmt.Errorf("%w: this node runs %d sandboxes, its limit (--max-sandboxes); retry later", ErrNoCapacity, m.cfg.MaxSandboxes)
+	}
+	if limit := int(float64(m.cfg.NodeMemoryMB) * m.cfg.MemoryOvercommit); u.memoryMB+res.MemoryMB > limit {
+		return fmt.Errorf("%w: not enough memory on this node: its sandboxes hold %d MB and this one asks %d MB, over the %d MB allowed (%d MB × --memory-overcommit %g); retry later",
+			ErrNoCapacity, u.memoryMB, res.MemoryMB, limit, m.cfg.NodeMemoryMB, m.cfg.MemoryOvercommit)
+	}
+	if limit := int(float64(m.cfg.NodeCPUs) * m.cfg.CPUOvercommit); u.cpus+res.CPUCount > limit {
+		return fmt.Errorf("%w: not enough CPU on this node: its sandboxes hold %d CPUs and this one asks %d, over the %d allowed (%d CPUs × --cpu-overcommit %g); retry later",
+			ErrNoCapacity, u.cpus, res.CPUCount, limit, m.cfg.NodeCPUs, m.cfg.CPUOvercommit)
+	}
+	return nil
+}
+
+// withinNode refuses a sandbox asking more than the whole node has.
+func (m *Manager) withinNode(res Resources) error {
+	if res.CPUCount > m.cfg.NodeCPUs {
+		return fmt.Errorf("%w: the template asks for %d CPUs, more than this node has (%d)", ErrInvalid, res.CPUCount, m.cfg.NodeCPUs)
+	}
+	if res.MemoryMB > m.cfg.NodeMemoryMB {
+		return fmt.Errorf("%w: the template asks for %d MB of memory, more than this node has (%d MB)", ErrInvalid, res.MemoryMB, m.cfg.NodeMemoryMB)
+	}
+	return nil
 }
 
 func (m *Manager) anyWarmLocked() bool {
@@ -585,6 +679,11 @@ func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
 func (m *Manager) kill(ctx context.Context, l *live) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return m.killLocked(ctx, l)
+}
+
+// killLocked is kill with l.mu held.
+func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	m.mu.Lock()
 	if m.live[l.id] != l {
 		m.mu.Unlock()
@@ -597,7 +696,7 @@ func (m *Manager) kill(ctx context.Context, l *live) error {
 	}
 	m.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
-	if err := m.setState(ctx, l.id, store.StateKilled); err != nil {
+	if err := m.setState(ctx, l.id, store.StateKilled, time.Time{}); err != nil {
 		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
 	}
 	l.transport.CloseIdleConnections()
@@ -690,21 +789,24 @@ func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 	if paused {
 		return false, nil
 	}
-	if err := m.setState(ctx, l.id, store.StatePaused); err != nil {
+	pausedAt := time.Now()
+	if err := m.setState(ctx, l.id, store.StatePaused, pausedAt); err != nil {
 		return false, err
 	}
 	if err := m.cfg.Node.Pause(ctx, l.sb); err != nil {
-		_ = m.setState(context.WithoutCancel(ctx), l.id, store.StateRunning)
+		m.restoreState(ctx, l.id, store.StateRunning, time.Time{})
 		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
 	}
 	l.transport.CloseIdleConnections()
 	m.mu.Lock()
-	l.paused = true
+	l.paused, l.pausedAt = true, pausedAt
 	m.mu.Unlock()
 	return true, nil
 }
 
-// resume thaws a paused sandbox; it reports whether it was paused.
+// resume thaws a paused sandbox; it reports whether it was paused. Like
+// every transition, it is recorded before the runtime acts, and undone in
+// the record if the runtime fails.
 func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -715,14 +817,18 @@ func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
 	if !paused {
 		return false, nil
 	}
-	if err := m.cfg.Node.Resume(ctx, l.sb); err != nil {
-		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
-	}
-	if err := m.setState(ctx, l.id, store.StateRunning); err != nil {
+	m.mu.Lock()
+	pausedAt := l.pausedAt
+	m.mu.Unlock()
+	if err := m.setState(ctx, l.id, store.StateRunning, time.Time{}); err != nil {
 		return false, err
 	}
+	if err := m.cfg.Node.Resume(ctx, l.sb); err != nil {
+		m.restoreState(ctx, l.id, store.StatePaused, pausedAt)
+		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
+	}
 	m.mu.Lock()
-	l.paused = false
+	l.paused, l.pausedAt = false, time.Time{}
 	m.mu.Unlock()
 	return true, nil
 }
@@ -738,39 +844,58 @@ func (m *Manager) pausedNow(l *live) (bool, error) {
 	return l.paused, nil
 }
 
-func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState) error {
+// setState records a sandbox's state and when it was paused (zero
+// unless st is paused).
+func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState, pausedAt time.Time) error {
 	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		s.State = st
+		s.PausedAt = pausedAt
 		return nil
 	})
 	return err
 }
 
+// restoreState puts back the record of a transition the runtime failed,
+// whatever the caller's context.
+func (m *Manager) restoreState(ctx context.Context, id string, st store.SandboxState, pausedAt time.Time) {
+	if err := m.setState(context.WithoutCancel(ctx), id, st, pausedAt); err != nil {
+		m.log.Error("restoring a sandbox's record after a failed transition", "sandbox", id, "state", st, "err", err)
+	}
+}
+
 // Resolve implements proxy.Resolver: it finds a live sandbox for sandbox
-// traffic, resuming a paused one created with autoResume.
+// traffic without changing it. A paused sandbox is found only when it was
+// created with autoResume; the proxy then calls Resume, after it has
+// checked the request's token.
 func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	l := m.live[id]
-	var paused, autoResume bool
-	if l != nil {
-		paused, autoResume = l.paused, l.autoResume
-	}
-	m.mu.Unlock()
-	if l == nil {
+	if l == nil || (l.paused && !l.autoResume) {
 		return proxy.Target{}, proxy.ErrNotFound
 	}
-	if paused {
-		if !autoResume {
-			return proxy.Target{}, proxy.ErrNotFound
-		}
-		if _, err := m.resume(ctx, l); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return proxy.Target{}, proxy.ErrNotFound
-			}
-			return proxy.Target{}, err
-		}
+	return proxy.Target{
+		IP: l.sb.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
+		EnvdAccessToken: l.envdToken, Paused: l.paused,
+	}, nil
+}
+
+// Resume implements proxy.Resolver: it resumes a paused autoResume
+// sandbox for traffic that has shown its credentials.
+func (m *Manager) Resume(ctx context.Context, id string) error {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil || !l.autoResume {
+		return proxy.ErrNotFound
 	}
-	return proxy.Target{IP: l.sb.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost}, nil
+	if _, err := m.resume(ctx, l); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return proxy.ErrNotFound
+		}
+		return err
+	}
+	return nil
 }
 
 // every runs fn each interval until the manager stops.
@@ -788,10 +913,12 @@ func (m *Manager) every(interval time.Duration, fn func()) {
 	}
 }
 
-// reap kills (or pauses) expired sandboxes.
+// reap kills (or pauses) expired sandboxes, and removes those paused for
+// longer than the retention.
 func (m *Manager) reap() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	m.reapPaused(ctx)
 	expired, err := m.cfg.Store.ExpiredSandboxes(ctx, time.Now())
 	if err != nil {
 		m.log.Warn("listing expired sandboxes", "err", err)
@@ -814,6 +941,39 @@ func (m *Manager) reap() {
 			m.log.Warn("ending an expired sandbox", "sandbox", r.ID, "err", err)
 		} else {
 			m.log.Info("sandbox timed out", "sandbox", r.ID, "paused", r.AutoPause)
+		}
+	}
+}
+
+// reapPaused removes the sandboxes paused for longer than the retention.
+func (m *Manager) reapPaused(ctx context.Context) {
+	cutoff := time.Now().Add(-m.cfg.PausedRetention)
+	m.mu.Lock()
+	var old []*live
+	for _, l := range m.live {
+		if l.paused && l.pausedAt.Before(cutoff) {
+			old = append(old, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range old {
+		l.mu.Lock()
+		m.mu.Lock()
+		still := m.live[l.id] == l && l.paused && l.pausedAt.Before(cutoff) // not resumed meanwhile
+		pausedAt := l.pausedAt
+		m.mu.Unlock()
+		var err error
+		if still {
+			err = m.killLocked(ctx, l)
+		}
+		l.mu.Unlock()
+		switch {
+		case !still || errors.Is(err, ErrNotFound):
+		case err != nil:
+			m.log.Warn("removing a sandbox paused past the retention", "sandbox", l.id, "err", err)
+		default:
+			m.log.Info("removed a sandbox paused longer than the retention (--paused-retention)",
+				"sandbox", l.id, "team", l.teamID, "paused_at", pausedAt, "retention", m.cfg.PausedRetention)
 		}
 	}
 }

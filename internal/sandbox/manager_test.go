@@ -343,12 +343,20 @@ func TestPauseAndConnectResumes(t *testing.T) {
 	if status, _ := envdEnv(t, e.mgr, rec); status != 200 {
 		t.Errorf("envd after resume: %d", status)
 	}
-	// Traffic resumes a paused autoResume sandbox.
+	// Resolving traffic changes nothing; the proxy resumes a paused
+	// autoResume sandbox once the request has shown its token.
 	e.mgr.Pause(ctx, "t1", rec.ID)
-	if _, err := e.mgr.Resolve(ctx, rec.ID); err != nil {
-		t.Errorf("resolve: %v", err)
+	target, err := e.mgr.Resolve(ctx, rec.ID)
+	if err != nil || !target.Paused || target.EnvdAccessToken != rec.EnvdAccessToken {
+		t.Errorf("resolve: %+v %v", target, err)
 	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StateRunning {
-		t.Errorf("state %s after traffic", got.State)
+	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StatePaused {
+		t.Errorf("state %s after a resolve", got.State)
+	}
+	if err := e.mgr.Resume(ctx, rec.ID); err != nil {
+		t.Errorf("resume: %v", err)
+	}
+	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StateRunning || !got.PausedAt.IsZero() {
+		t.Errorf("state %s, paused at %v after traffic", got.State, got.PausedAt)
 	}
 }

@@ -94,7 +94,7 @@ func (p *pool) fill() {
 			continue
 		}
 		m.mu.Lock()
-		fits := m.usedLocked() < m.cfg.MaxSandboxes
+		fits := m.fitsLocked(m.cfg.Resources) == nil
 		if fits {
 			p.building++
 		}

@@ -1,0 +1,294 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// TestAdmissionArithmetic checks the nominal accounting without a node:
+// live, starting and warm sandboxes all count.
+func TestAdmissionArithmetic(t *testing.T) {
+	m := &Manager{
+		cfg: Config{MaxSandboxes: 100, NodeCPUs: 2, NodeMemoryMB: 1000, CPUOvercommit: 2, MemoryOvercommit: 1.5,
+			Resources: Resources{CPUCount: 1, MemoryMB: 200}},
+		live:    map[string]*live{"a": {cpuCount: 1, memoryMB: 500}},
+		perTeam: map[string]int{},
+		pools:   map[string]*pool{"base": {size: 2, ready: make(chan *warm, 2), building: 1}},
+	}
+	// Held: 500 live + 200 warming = 700 MB of 1500; 2 of 4 CPUs.
+	if err := m.fitsLocked(Resources{CPUCount: 2, MemoryMB: 800}); err != nil {
+		t.Errorf("a sandbox that fits exactly: %v", err)
+	}
+	err := m.fitsLocked(Resources{CPUCount: 1, MemoryMB: 801})
+	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("one MB too many: %v", err)
+	}
+	err = m.fitsLocked(Resources{CPUCount: 3, MemoryMB: 128})
+	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "CPU") {
+		t.Errorf("one CPU too many: %v", err)
+	}
+	if _, err := m.reserve("t1", Resources{CPUCount: 2, MemoryMB: 800}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.fitsLocked(Resources{CPUCount: 1, MemoryMB: 1}); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("a starting sandbox is not counted: %v", err)
+	}
+	m.unreserve("t1", Resources{CPUCount: 2, MemoryMB: 800})
+	if u := m.usedLocked(); u != (usage{sandboxes: 2, cpus: 2, memoryMB: 700}) {
+		t.Errorf("after unreserve: %+v", u)
+	}
+	if err := m.withinNode(Resources{CPUCount: 3, MemoryMB: 128}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("more CPUs than the node has: %v", err)
+	}
+	if err := m.withinNode(Resources{CPUCount: 1, MemoryMB: 256 << 10}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("256 GiB on a 1000 MB node: %v", err)
+	}
+}
+
+func TestAdmissionByMemoryAndCPU(t *testing.T) {
+	// Sandboxes of 1 CPU and 256 MB (start's Resources) on a node said to
+	// have 600 MB (no overcommit): two fit, the third is refused.
+	e := start(t, newStore(t), Config{NodeCPUs: 64, NodeMemoryMB: 600, MemoryOvercommit: 1})
+	defer e.destroy()
+	for range 2 {
+		if _, err := e.create(CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.create(CreateRequest{})
+	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("a third 256 MB sandbox on 600 MB: %v", err)
+	}
+	if live, _ := e.mgr.Count(); live != 2 {
+		t.Errorf("%d live sandboxes, want 2", live)
+	}
+	// A template asking more than the whole node has is invalid, not busy.
+	e.mgr.cfg.Resolve = func(ctx context.Context, teamID, ref string) (Template, error) {
+		tmpl, err := e.mgr.cfg.Images.Template(image.BaseTemplateID)
+		return Template{ID: "big", Alias: "big", Image: tmpl, MemoryMB: 256 << 10}, err
+	}
+	if _, err := e.create(CreateRequest{TemplateID: "big"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "more than this node has") {
+		t.Errorf("a 256 GiB template: %v", err)
+	}
+}
+
+func TestAdmissionByCPU(t *testing.T) {
+	e := start(t, newStore(t), Config{NodeCPUs: 1, NodeMemoryMB: 1 << 20, CPUOvercommit: 2})
+	defer e.destroy()
+	for range 2 {
+		if _, err := e.create(CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.create(CreateRequest{}); !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "CPU") {
+		t.Errorf("a third 1-CPU sandbox on 1 CPU × 2: %v", err)
+	}
+}
+
+func TestWarmPoolIsAdmittedToo(t *testing.T) {
+	// Room for one 256 MB sandbox: the pool of 2 starts only one.
+	e := start(t, newStore(t), Config{PoolSize: 2, NodeCPUs: 64, NodeMemoryMB: 300, MemoryOvercommit: 1})
+	defer e.destroy()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, warm := e.mgr.Count(); warm == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not start its first sandbox within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // the filler retries every second
+	e.mgr.mu.Lock()
+	u := e.mgr.usedLocked()
+	e.mgr.mu.Unlock()
+	if u.sandboxes != 1 || u.memoryMB != 256 {
+		t.Errorf("the pool holds %+v, want one 256 MB sandbox", u)
+	}
+	// The warm one can still be claimed: that starts nothing new.
+	if _, err := e.create(CreateRequest{}); err != nil {
+		t.Errorf("claiming the warm sandbox on a full node: %v", err)
+	}
+}
+
+// hookStore calls before on every sandbox update, with the states before
+// and after it; an error from before fails the update.
+type hookStore struct {
+	store.Store
+	mu     sync.Mutex
+	before func(id string, from, to store.SandboxState) error
+}
+
+func (h *hookStore) UpdateSandbox(ctx context.Context, id string, update func(*store.Sandbox) error) (store.Sandbox, error) {
+	return h.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		from := s.State
+		if err := update(s); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		hook := h.before
+		h.mu.Unlock()
+		if hook != nil {
+			return hook(id, from, s.State)
+		}
+		return nil
+	})
+}
+
+func (h *hookStore) set(f func(id string, from, to store.SandboxState) error) {
+	h.mu.Lock()
+	h.before = f
+	h.mu.Unlock()
+}
+
+func runtimeState(t *testing.T, e *env, id string) runtime.State {
+	st, err := e.mgr.cfg.Node.Runtime().State(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
+	hs := &hookStore{Store: newStore(t)}
+	e := start(t, hs, Config{})
+	defer e.destroy()
+	ctx := context.Background()
+	rec, err := e.create(CreateRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mgr.Pause(ctx, "t1", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	paused, _ := hs.GetSandbox(ctx, rec.ID)
+	if paused.State != store.StatePaused || paused.PausedAt.IsZero() {
+		t.Fatalf("after pause: %s, paused at %v", paused.State, paused.PausedAt)
+	}
+
+	// The running state is written while the runtime still has it paused.
+	var seen []runtime.State
+	hs.set(func(id string, from, to store.SandboxState) error {
+		if from == store.StatePaused && to == store.StateRunning {
+			seen = append(seen, runtimeState(t, e, id))
+		}
+		return nil
+	})
+	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute); !resumed || err != nil {
+		t.Fatalf("connect: %v %v", resumed, err)
+	}
+	if len(seen) != 1 || seen[0] != runtime.StatePaused {
+		t.Errorf("runtime states when the resume was recorded: %v, want [paused]", seen)
+	}
+
+	// A resume the store refuses leaves the sandbox paused.
+	if _, err := e.mgr.Pause(ctx, "t1", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	hs.set(func(id string, from, to store.SandboxState) error {
+		if from == store.StatePaused && to == store.StateRunning {
+			return errors.New("the database is read-only")
+		}
+		return nil
+	})
+	if _, _, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute); err == nil {
+		t.Error("connect succeeded though its resume could not be recorded")
+	}
+	if st := runtimeState(t, e, rec.ID); st != runtime.StatePaused {
+		t.Errorf("the runtime resumed a sandbox whose resume was not recorded: %s", st)
+	}
+
+	// A resume the runtime fails is recorded as paused again, with its
+	// original pause time.
+	before, _ := hs.GetSandbox(ctx, rec.ID)
+	cctx, cancel := context.WithCancel(ctx)
+	hs.set(func(id string, from, to store.SandboxState) error {
+		if from == store.StatePaused && to == store.StateRunning {
+			cancel() // the runtime's command cannot start now
+		}
+		return nil
+	})
+	if err := e.mgr.Resume(cctx, rec.ID); err == nil {
+		t.Error("resume succeeded with a cancelled context")
+	}
+	hs.set(nil)
+	after, _ := hs.GetSandbox(ctx, rec.ID)
+	if after.State != store.StatePaused || !after.PausedAt.Equal(before.PausedAt) {
+		t.Errorf("after a failed resume: %s paused at %v, want paused at %v", after.State, after.PausedAt, before.PausedAt)
+	}
+	if st := runtimeState(t, e, rec.ID); st != runtime.StatePaused {
+		t.Errorf("runtime state %s", st)
+	}
+	if _, _, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute); err != nil {
+		t.Errorf("a later connect: %v", err)
+	}
+}
+
+func TestPausedSandboxesAreReaped(t *testing.T) {
+	st := newStore(t)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	e := start(t, st, Config{ReapInterval: 100 * time.Millisecond, PausedRetention: 3 * time.Second, Logger: logger})
+	defer e.destroy()
+	ctx := context.Background()
+	old, err := e.create(CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := e.create(CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mgr.Pause(ctx, "t1", old.ID); err != nil {
+		t.Fatal(err)
+	}
+	pausedAt := time.Now()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := st.GetSandbox(ctx, old.ID); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox paused past the retention was not removed within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if waited := time.Since(pausedAt); waited < 3*time.Second {
+		t.Errorf("removed after %v, before the retention of 3 s", waited)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", old.ID)); !os.IsNotExist(err) {
+		t.Errorf("its root filesystem is left: %v", err)
+	}
+	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, old.ID); err == nil {
+		t.Error("its container is left")
+	}
+	if got, err := e.mgr.Get(ctx, "t1", running.ID); err != nil || got.State != store.StateRunning {
+		t.Errorf("the running sandbox: %+v %v", got, err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logs.String(), "paused longer than the retention") || !strings.Contains(logs.String(), old.ID) {
+		t.Errorf("no log line for the removal:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
