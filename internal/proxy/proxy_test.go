@@ -20,7 +20,7 @@ import (
 type resolverFunc func(ctx context.Context, id string) (Target, error)
 
 func (f resolverFunc) Resolve(ctx context.Context, id string) (Target, error) { return f(ctx, id) }
-func (f resolverFunc) Resume(ctx context.Context, id string) error      { return nil }
+func (f resolverFunc) Resume(ctx context.Context, id string) error            { return nil }
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
