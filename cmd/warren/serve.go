@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -31,6 +32,9 @@ type serveFlags struct {
 	networkCIDR, networkPrefix, nodeName          string
 	registryMirror                                string
 	maxSandboxes, maxPerTeam, poolSize, builds    int
+	memoryOvercommit, cpuOvercommit, apiRateLimit float64
+	diskReserveMB                                 int64
+	pausedRetention                               time.Duration
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -53,6 +57,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
 	fs.StringVar(&f.registryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.builds, "build-concurrency", 2, "template builds that run at once; more wait")
+	fs.Float64Var(&f.memoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "sandboxes' memory (live, starting and warm) may add up to the node's memory times this (over: 503)")
+	fs.Float64Var(&f.cpuOvercommit, "cpu-overcommit", sandbox.DefaultCPUOvercommit, "sandboxes' CPUs may add up to the node's CPUs times this (over: 503)")
+	fs.Int64Var(&f.diskReserveMB, "disk-reserve-mb", 2048, "free MB the data dir's file system keeps: below it, sandbox creates, template builds and uploads get 507")
+	fs.DurationVar(&f.pausedRetention, "paused-retention", sandbox.DefaultPausedRetention, "paused sandboxes are removed this long after they were paused")
+	fs.Float64Var(&f.apiRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -131,10 +140,16 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	totals, err := hostres.Read()
+	if err != nil {
+		return err
+	}
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: f.nodeName,
 		MaxSandboxes: f.maxSandboxes, MaxPerTeam: f.maxPerTeam, PoolSize: f.poolSize, Logger: log,
-		Resolve: builder.SandboxTemplate,
+		Resolve:  builder.SandboxTemplate,
+		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
+		CPUOvercommit: f.cpuOvercommit, MemoryOvercommit: f.memoryOvercommit, PausedRetention: f.pausedRetention,
 	})
 	if err != nil {
 		return err
@@ -157,14 +172,13 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
 
-	apiSrv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Sandboxes: mgr, Templates: builder, ClientID: f.nodeName, Logger: log}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	proxySrv := &http.Server{
-		Handler:           proxy.New(proxy.Config{Domain: f.domain, Resolver: mgr, Logger: log}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	dataDir := f.dataDir
+	apiSrv := api.NewHTTPServer(api.New(api.Config{
+		Store: st, Sandboxes: mgr, Templates: builder, ClientID: f.nodeName, Logger: log,
+		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: f.apiRateLimit,
+		DiskReserveMB: f.diskReserveMB, FreeDiskMB: func() (int64, error) { return hostres.FreeMB(dataDir) },
+	}), api.Timeouts{})
+	proxySrv := proxy.NewHTTPServer(proxy.New(proxy.Config{Domain: f.domain, Resolver: mgr, Logger: log}))
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- proxySrv.Serve(proxyLn) }()
