@@ -115,11 +115,12 @@ func newEgressHosts(t *testing.T) *egressHosts {
 	}
 	h.privatePort = h.private.ServeTCP(t, 0, "private")
 	h.metadataPort = h.metadata.ServeTCP(t, 80, "metadata")
+	h.metadata.ServeTCP(t, 53, "metadata dns")
 	h.publicPort = h.public.ServeTCP(t, 0, "public")
 	h.dns = h.private.ServeDNS(t, map[string]netip.Addr{probeName: probeAddr})
 	// The host reaches every one of them: what a sandbox cannot reach is
 	// refused by the policy, not missing.
-	for _, a := range []netip.AddrPort{h.privateAddr(), h.metadataAddr(), h.publicAddr()} {
+	for _, a := range []netip.AddrPort{h.privateAddr(), h.metadataAddr(), netip.AddrPortFrom(h.metadata.Addr, 53), h.publicAddr()} {
 		if _, err := dialReachable(a.String(), netip.Addr{}); err != nil {
 			t.Fatalf("test host %s does not answer the host: %v", a, err)
 		}
@@ -188,8 +189,9 @@ func TestEgressDefaultDeny(t *testing.T) {
 		mustBeRefused(t, "a private host", h.privateAddr())
 		mustBeRefused(t, "the cloud metadata address", h.metadataAddr())
 		// DNS to the configured resolver works over UDP and TCP, while
-		// its other ports stay refused.
+		// its other ports stay refused, and so does port 53 elsewhere.
 		mustResolve(t, h.private.Addr)
+		mustBeRefused(t, "port 53 of a private host that is not a resolver", netip.AddrPortFrom(h.metadata.Addr, 53))
 		// UDP elsewhere is refused with an ICMP error the sender sees.
 		c, err := net.DialUDP("udp4", nil, udp.LocalAddr().(*net.UDPAddr))
 		if err != nil {
