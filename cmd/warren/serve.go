@@ -20,6 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/resolvconf"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -30,6 +31,8 @@ type serveFlags struct {
 	runtime, envd, runDir, cgroupParent           string
 	networkCIDR, networkPrefix, nodeName          string
 	registryMirror                                string
+	resolvConf                                    string
+	allowPrivate                                  network.PrefixList
 	maxSandboxes, maxPerTeam, poolSize, builds    int
 }
 
@@ -53,6 +56,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
 	fs.StringVar(&f.registryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.builds, "build-concurrency", 2, "template builds that run at once; more wait")
+	fs.Var(&f.allowPrivate, "allow-private-cidr", "a private, CGNAT or link-local `CIDR` range that sandboxes may reach despite the default deny (repeatable, or comma-separated)")
+	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -115,12 +120,23 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--network-cidr: %w", err)
 	}
-	nw, err := network.New(network.Config{CIDR: cidr, Prefix: f.networkPrefix})
+	dns, warnings, err := resolvconf.Load(f.resolvConf)
+	if err != nil {
+		return fmt.Errorf("--resolv-conf: %w", err)
+	}
+	for _, w := range warnings {
+		log.Warn("--resolv-conf: " + w)
+	}
+	resolvConf := filepath.Join(f.runDir, "resolv.conf") // what sandboxes get
+	if err := dns.WriteFile(resolvConf); err != nil {
+		return err
+	}
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: f.networkPrefix, AllowPrivate: f.allowPrivate, Resolvers: dns.Nameservers})
 	if err != nil {
 		return err
 	}
 	defer nw.Close()
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: "/etc/resolv.conf"})
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: resolvConf})
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,9 @@ func TestSandboxEgress(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := rtName[3:4]
-			cidr := func(third int) netip.Prefix { return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 124, byte(third + 32*i), 0}), 20) }
+			cidr := func(third int) netip.Prefix {
+				return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 124, byte(third + 32*i), 0}), 20)
+			}
 			probes := fmt.Sprintf(`probe() { out=$(curl -s -m 5 "http://$2/"); echo "$1 $? $out"; }
 probe private %s:%d
 probe metadata %s:80
