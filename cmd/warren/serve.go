@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/resolvconf"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -31,6 +32,8 @@ type serveFlags struct {
 	runtime, envd, runDir, cgroupParent           string
 	networkCIDR, networkPrefix, nodeName          string
 	registryMirror                                string
+	resolvConf                                    string
+	allowPrivate                                  network.PrefixList
 	maxSandboxes, maxPerTeam, poolSize, builds    int
 	memoryOvercommit, cpuOvercommit, apiRateLimit float64
 	diskReserveMB                                 int64
@@ -62,6 +65,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Int64Var(&f.diskReserveMB, "disk-reserve-mb", 2048, "free MB the data dir's file system keeps: below it, sandbox creates, template builds and uploads get 507")
 	fs.DurationVar(&f.pausedRetention, "paused-retention", sandbox.DefaultPausedRetention, "paused sandboxes are removed this long after they were paused")
 	fs.Float64Var(&f.apiRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")
+	fs.Var(&f.allowPrivate, "allow-private-cidr", "a private, CGNAT or link-local `CIDR` range that sandboxes may reach despite the default deny (repeatable, or comma-separated)")
+	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -124,12 +129,23 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--network-cidr: %w", err)
 	}
-	nw, err := network.New(network.Config{CIDR: cidr, Prefix: f.networkPrefix})
+	dns, warnings, err := resolvconf.Load(f.resolvConf)
+	if err != nil {
+		return fmt.Errorf("--resolv-conf: %w", err)
+	}
+	for _, w := range warnings {
+		log.Warn("--resolv-conf: " + w)
+	}
+	resolvConf := filepath.Join(f.runDir, "resolv.conf") // what sandboxes get
+	if err := dns.WriteFile(resolvConf); err != nil {
+		return err
+	}
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: f.networkPrefix, AllowPrivate: f.allowPrivate, Resolvers: dns.Nameservers})
 	if err != nil {
 		return err
 	}
 	defer nw.Close()
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: "/etc/resolv.conf"})
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: resolvConf})
 	if err != nil {
 		return err
 	}

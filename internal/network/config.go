@@ -26,6 +26,15 @@ type Config struct {
 	// interface of the host's IPv4 default route when New runs; with no
 	// default route, any interface that is not a slot's.
 	Uplink string
+	// AllowPrivate are ranges that sandboxes may reach although they lie
+	// in BlockedRanges (internal services an operator wants to expose).
+	// Each must be IPv4 and overlap a blocked range. Sandboxes still never
+	// reach the host or each other, whatever is allowed.
+	AllowPrivate []netip.Prefix
+	// Resolvers are the DNS servers sandboxes use: port 53, UDP and TCP,
+	// of exactly these addresses is open even when they lie in a blocked
+	// range. IPv4 unicast, not loopback (a sandbox's loopback is its own).
+	Resolvers []netip.Addr
 }
 
 // Defaults.
@@ -69,6 +78,13 @@ func (c Config) normalize() (Config, error) {
 	}
 	if len(c.Uplink) > ifNameMax {
 		return c, fmt.Errorf("network: uplink %q is not an interface name", c.Uplink)
+	}
+	var err error
+	if c.AllowPrivate, err = checkAllowed(c.AllowPrivate); err != nil {
+		return c, err
+	}
+	if c.Resolvers, err = checkResolvers(c.Resolvers); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -18,9 +18,10 @@
 //   - Leftover: a namespace or veth with this manager's prefix that the
 //     manager did not make, typically from a previous run that crashed.
 //     The allocator steps over them and Cleanup removes them.
-//   - Tables: Warren's nftables tables, "warren_<prefix>" (inet, filters)
-//     and "warren_<prefix>_nat" (ip, egress masquerade). Nothing else in
-//     the host's ruleset is read or changed.
+//   - Tables: Warren's nftables tables, "warren_<prefix>" (inet, filters,
+//     and the sets "blocked" and "resolvers" of the egress policy) and
+//     "warren_<prefix>_nat" (ip, egress masquerade). Nothing else in the
+//     host's ruleset is read or changed.
 //
 // # Lifecycle
 //
@@ -56,7 +57,14 @@
 // services. Packets from one slot to another are dropped, and so is IPv6
 // from slots (slots are IPv4-only). Packets whose source address does not
 // belong to the slot they came from are dropped before conntrack sees them,
-// so a sandbox can neither pose as another nor leak spoofed traffic. Other
-// traffic is forwarded and leaves through the uplink (the interface of the
-// default route) with its source masqueraded.
+// so a sandbox can neither pose as another nor leak spoofed traffic. A new
+// connection from a slot to a host address is dropped before the host's own
+// port forwards (DNAT) could send it elsewhere.
+//
+// The egress policy (egress.go) comes after those rules: destinations in
+// BlockedRanges (private, CGNAT, link-local, loopback, multicast, reserved)
+// are refused with a TCP reset or an ICMP "administratively prohibited",
+// except ranges in Config.AllowPrivate and port 53 of Config.Resolvers.
+// Other traffic is forwarded and leaves through the uplink (the interface
+// of the default route) with its source masqueraded.
 package network

@@ -11,8 +11,9 @@ import (
 )
 
 // The test's stand-in for the outside world: a namespace of its own behind
-// a veth that the manager is told is its uplink. It has no route to the
-// slots' range, so a slot can only get an answer from it through NAT.
+// a veth that the manager is told is its uplink, at an "internet" address
+// (198.18.0.0/15, benchmarking, never routed outside). It has no route to
+// the slots' range, so a slot can only get an answer from it through NAT.
 const (
 	upName  = testPrefix + "up" // not "<prefix>-<n>": no slot name
 	upVeth  = testPrefix + "u0" // not "<prefix>v<n>": not matched as a slot
@@ -20,8 +21,8 @@ const (
 )
 
 var (
-	upHostIP = netip.MustParseAddr("10.122.0.1")
-	upFarIP  = netip.MustParseAddr("10.122.0.2")
+	upHostIP = netip.MustParseAddr("198.18.122.1")
+	upFarIP  = netip.MustParseAddr("198.18.122.2")
 )
 
 func newUplink(t *testing.T) {

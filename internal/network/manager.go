@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -74,6 +77,7 @@ func New(cfg Config) (*Manager, error) {
 		h.Close()
 		return nil, err
 	}
+	m.warnLocalResolvers()
 	if cfg.PoolSize > 0 {
 		m.active.Add(1)
 		go m.fill()
@@ -204,6 +208,22 @@ func (m *Manager) IsPooled(name string) bool {
 	defer m.mu.Unlock()
 	e := m.ids[id]
 	return e != nil && e.state == statePooled
+}
+
+// warnLocalResolvers logs resolvers that are addresses of this host:
+// sandboxes never reach the host, so they cannot use them.
+func (m *Manager) warnLocalResolvers() {
+	addrs, err := m.nl.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return
+	}
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.IP.To4())
+		if slices.Contains(m.cfg.Resolvers, ip) {
+			slog.Warn("network: a resolver is an address of this host, which sandboxes cannot reach: they get no DNS from it",
+				"resolver", ip, "interface", a.Label)
+		}
+	}
 }
 
 // begin registers an inline build, unless the manager is closed.

@@ -6,13 +6,17 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Small builders for the nftables expressions the rules use. Each returns
 // a match (load into register 1, compare) or a statement.
 
-// Offset of the source address in the IPv4 header.
-const ipv4SourceOffset = 12
+// Offsets in the IPv4 header.
+const (
+	ipv4SourceOffset = 12
+	ipv4DestOffset   = 16
+)
 
 func concat(parts ...[]expr.Any) []expr.Any {
 	var out []expr.Any
@@ -67,6 +71,48 @@ func ctEstablishedOrRelated() []expr.Any {
 	}
 }
 
+// ctNotEstablishedOrRelated is nft's "ct state != established,related":
+// new, invalid and untracked packets.
+func ctNotEstablishedOrRelated() []expr.Any {
+	e := ctEstablishedOrRelated()
+	e[len(e)-1] = &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)}
+	return e
+}
+
+// daddrIsLocal is nft's "fib daddr type local": the packet is addressed
+// to one of the host's own addresses.
+func daddrIsLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
+// ipv4DaddrIn is nft's "ip daddr @set"; the packet must be IPv4.
+func ipv4DaddrIn(set *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv4DestOffset, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
+}
+
+// l4proto is nft's "meta l4proto proto".
+func l4proto(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+}
+
+// dport is nft's "th dport port"; the protocol must have been matched
+// (TCP and UDP keep the destination port at the same offset).
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
 // sourceNotRoutedBack is nft's "fib saddr . iif oif missing": the route
 // to the packet's source does not leave through the interface it came in.
 func sourceNotRoutedBack() []expr.Any {
@@ -94,6 +140,13 @@ func ipv4Prefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 // sandboxes try.
 func countAndDrop() []expr.Any {
 	return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+}
+
+// countAndReject refuses the packet with a TCP reset or an ICMP error
+// (rejectType, icmpxCode as nft_reject_inet takes them), so the sender
+// learns at once instead of waiting for a timeout.
+func countAndReject(rejectType uint32, icmpxCode uint8) []expr.Any {
+	return []expr.Any{&expr.Counter{}, &expr.Reject{Type: rejectType, Code: icmpxCode}}
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

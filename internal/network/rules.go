@@ -6,6 +6,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // installRules replaces Warren's tables in one atomic batch: a restarted
@@ -45,10 +46,32 @@ func (m *Manager) installRules() error {
 	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ctEstablishedOrRelated(), verdict(expr.VerdictAccept))
 	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), countAndDrop())
 
-	// Sandboxes never reach each other, and slots are IPv4-only.
+	// The same, before the host's own port forwards (DNAT, at -100) can
+	// turn a connection to a host address into one to somewhere else:
+	// a sandbox opens nothing to a host address, forwarded or not.
+	preHost := chain("prerouting_host", nftables.ChainHookPrerouting, nftables.ChainPriorityMangle)
+	rule(preHost, ifnamePrefix(expr.MetaKeyIIFNAME, slots), daddrIsLocal(), ctNotEstablishedOrRelated(), countAndDrop())
+
+	// Sandboxes never reach each other, and slots are IPv4-only. These
+	// come before the egress policy, so no allowed range opens them.
 	fwd := chain("forward", nftables.ChainHookForward, nftables.ChainPriorityFilter)
 	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ifnamePrefix(expr.MetaKeyOIFNAME, slots), countAndDrop())
 	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), nfproto(nftables.TableFamilyIPv6), countAndDrop())
+
+	// The egress policy (egress.go): DNS to the resolvers, then the
+	// blocked ranges refused at once.
+	resolvers, blocked, err := m.addEgressSets(c, filter)
+	if err != nil {
+		return err
+	}
+	toSet := func(set *nftables.Set) []expr.Any {
+		return concat(ifnamePrefix(expr.MetaKeyIIFNAME, slots), nfproto(nftables.TableFamilyIPv4), ipv4DaddrIn(set))
+	}
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(fwd, toSet(resolvers), l4proto(proto), dport(53), verdict(expr.VerdictAccept))
+	}
+	rule(fwd, toSet(blocked), l4proto(unix.IPPROTO_TCP), countAndReject(unix.NFT_REJECT_TCP_RST, 0))
+	rule(fwd, toSet(blocked), countAndReject(unix.NFT_REJECT_ICMPX_UNREACH, unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED))
 
 	// Egress leaves with the host's address.
 	nat := c.AddTable(&nftables.Table{Name: m.cfg.natTable(), Family: nftables.TableFamilyIPv4})
@@ -68,6 +91,33 @@ func (m *Manager) installRules() error {
 		return fmt.Errorf("network: installing nftables tables: %w", err)
 	}
 	return nil
+}
+
+// addEgressSets adds the sets the egress rules look destinations up in:
+// the resolvers' addresses, and the blocked ranges less the allowed ones.
+func (m *Manager) addEgressSets(c *nftables.Conn, table *nftables.Table) (resolvers, blocked *nftables.Set, err error) {
+	resolvers = &nftables.Set{Table: table, Name: "resolvers", KeyType: nftables.TypeIPAddr}
+	var elems []nftables.SetElement
+	for _, a := range m.cfg.Resolvers {
+		elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
+	}
+	if err := c.AddSet(resolvers, elems); err != nil {
+		return nil, nil, fmt.Errorf("network: nftables set of resolvers: %w", err)
+	}
+	blocked = &nftables.Set{Table: table, Name: "blocked", KeyType: nftables.TypeIPAddr, Interval: true}
+	elems = nil
+	for _, r := range blockedIntervals(m.cfg.AllowPrivate) {
+		elems = append(elems, nftables.SetElement{Key: addrOf(r.first).AsSlice()})
+		// An interval ends at the address after its last; one that runs
+		// to the top of the address space has no end element.
+		if r.last != ^uint32(0) {
+			elems = append(elems, nftables.SetElement{Key: addrOf(r.last + 1).AsSlice(), IntervalEnd: true})
+		}
+	}
+	if err := c.AddSet(blocked, elems); err != nil {
+		return nil, nil, fmt.Errorf("network: nftables set of blocked ranges: %w", err)
+	}
+	return resolvers, blocked, nil
 }
 
 // removeRules deletes Warren's tables, if they exist.

@@ -65,7 +65,9 @@ type Config struct {
 	Rootfs  RootfsMounter
 	// EnvdPath is the static envd binary on the host.
 	EnvdPath string
-	// ResolvConf, if set, is bind-mounted over /etc/resolv.conf.
+	// ResolvConf, if set, is bind-mounted read-only over /etc/resolv.conf:
+	// a file written by resolvconf, naming the resolvers the network's
+	// egress policy opens port 53 of (network.Config.Resolvers).
 	ResolvConf string
 	// HealthTimeout bounds the wait for envd after start. Default 10s.
 	HealthTimeout time.Duration

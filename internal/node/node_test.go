@@ -81,6 +81,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 // dir, so it never meets a running Warren.
 func testNode(t testing.TB, runtimeName string) *Node {
 	t.Helper()
+	prefix := "wnt" + runtimeName[3:4] // wnts, wntc
+	cidr := map[string]string{"runsc": "10.124.0.0/20", "runc": "10.124.16.0/20"}[runtimeName]
+	return newTestNode(t, runtimeName, network.Config{CIDR: netip.MustParsePrefix(cidr), Prefix: prefix, PoolSize: 2}, "/etc/resolv.conf")
+}
+
+// newTestNode is testNode with a network configuration and resolv.conf of
+// the caller's.
+func newTestNode(t testing.TB, runtimeName string, nwCfg network.Config, resolvConf string) *Node {
+	t.Helper()
 	setupFixture(t)
 	cfg := runtime.Config{StateDir: filepath.Join("/run/warren-node-test", runtimeName), CgroupParent: "/warren-node-test"}
 	if runtimeName == "runsc" {
@@ -90,13 +99,11 @@ func testNode(t testing.TB, runtimeName string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := "wnt" + runtimeName[3:4] // wnts, wntc
-	cidr := map[string]string{"runsc": "10.124.0.0/20", "runc": "10.124.16.0/20"}[runtimeName]
-	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix(cidr), Prefix: prefix, PoolSize: 2})
+	nw, err := network.New(nwCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: ImageRootfs(fixture.store), EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: ImageRootfs(fixture.store), EnvdPath: fixture.envd, ResolvConf: resolvConf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +491,7 @@ func TestNothingLeft(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") || strings.Contains(line, "/sandboxes/egr-") {
 			leaks = append(leaks, "mount "+line)
 		}
 	}
