@@ -184,6 +184,7 @@ func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template
 					b.log.Error("tagging a build", "build", bd.ID, "tag", tag, "err", terr)
 				}
 			}
+			b.pruneUploads(bg, t.ID, *rec.Spec)
 		}
 	}
 
