@@ -94,6 +94,12 @@ type env struct {
 // newEnv starts a builder on a data dir holding only the base template.
 func newEnv(t *testing.T, st store.Store, options ...func(*Config)) *env {
 	t.Helper()
+	return newEnvWith(t, st, "runc", options...)
+}
+
+// newEnvWith is newEnv on runtime rtName (runc or runsc).
+func newEnvWith(t *testing.T, st store.Store, rtName string, options ...func(*Config)) *env {
+	t.Helper()
 	setupFixture(t)
 	dir := t.TempDir()
 	images, err := image.Open(dir)
@@ -106,7 +112,14 @@ func newEnv(t *testing.T, st store.Store, options ...func(*Config)) *env {
 	if err := images.PutTemplate(&image.Template{ID: image.BaseTemplateID, Layers: []string{baseLayer}, User: "user", Workdir: "/home/user", Recipe: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.New("runc", runtime.Config{StateDir: "/run/warren-build-test/runc", CgroupParent: "/warren-build-test"})
+	rtCfg := runtime.Config{StateDir: "/run/warren-build-test/" + rtName, CgroupParent: "/warren-build-test"}
+	if rtName == "runsc" {
+		rtCfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+		if _, err := os.Stat(rtCfg.Binary); err != nil {
+			t.Skipf("runsc is not installed (%v): `warren setup` installs it", err)
+		}
+	}
+	rt, err := runtime.New(rtName, rtCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

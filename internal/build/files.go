@@ -278,17 +278,3 @@ func isArchive(head []byte) bool {
 	}
 	return len(head) >= 262 && bytes.HasPrefix(head[257:], []byte("ustar"))
 }
-
-// isGzip tells whether the stored archive is gzip'd.
-func isGzip(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	var head [2]byte
-	if _, err := io.ReadFull(f, head[:]); err != nil {
-		return false, err
-	}
-	return head[0] == 0x1f && head[1] == 0x8b, nil
-}
