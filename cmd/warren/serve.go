@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/api"
@@ -31,6 +32,21 @@ type serveFlags struct {
 	networkCIDR, networkPrefix, nodeName          string
 	registryMirror                                string
 	maxSandboxes, maxPerTeam, poolSize, builds    int
+	maxUploadMB                                   int
+	insecureRegistries                            registryList
+}
+
+// registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
+type registryList []string
+
+func (l *registryList) String() string { return strings.Join(*l, ",") }
+
+func (l *registryList) Set(v string) error {
+	if _, _, err := image.ParseRegistryHost(v); err != nil {
+		return err
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -53,6 +69,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
 	fs.StringVar(&f.registryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.builds, "build-concurrency", 2, "template builds that run at once; more wait")
+	fs.IntVar(&f.maxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
+	fs.Var(&f.insecureRegistries, "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -124,9 +142,13 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if f.maxUploadMB <= 0 {
+		return fmt.Errorf("--max-upload-mb must be positive")
+	}
 	builder, err := build.New(build.Config{
 		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
-		RegistryMirror: f.registryMirror, Logger: log,
+		RegistryMirror: f.registryMirror, InsecureRegistries: f.insecureRegistries,
+		MaxUploadBytes: int64(f.maxUploadMB) << 20, Logger: log,
 	})
 	if err != nil {
 		return err

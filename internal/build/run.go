@@ -361,7 +361,7 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec Spec) (*imag
 		lg.info("using the imported image %s", ref)
 		return img, nil
 	}
-	opts := image.PullOptions{Mirror: b.cfg.RegistryMirror, Progress: lg.info}
+	opts := image.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
 	if a := spec.FromImageRegistry; a != nil {
 		switch a.Type {
 		case "registry", "":
