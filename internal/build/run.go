@@ -56,8 +56,26 @@ func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID st
 	return b.launch(bd, t, rec)
 }
 
-// validate checks a spec before a build is started with it.
+// validate checks a spec before a build is started with it: its form,
+// and that the files of its COPY steps were uploaded.
 func (b *Builder) validate(templateID string, s *Spec) error {
+	if err := validateSpec(s); err != nil {
+		return err
+	}
+	for i, st := range s.Steps {
+		if st.Type != "COPY" {
+			continue
+		}
+		if _, err := os.Stat(b.uploadPath(templateID, st.FilesHash)); err != nil {
+			return fmt.Errorf("%w: step %d (COPY): its files (hash %s) were not uploaded: upload them first (GET /templates/%s/files/%s gives the URL)",
+				ErrInvalid, i+1, st.FilesHash, templateID, st.FilesHash)
+		}
+	}
+	return nil
+}
+
+// validateSpec checks a spec's form.
+func validateSpec(s *Spec) error {
 	if s.FromImage != "" && s.FromTemplate != "" {
 		return fmt.Errorf("%w: give fromImage or fromTemplate, not both", ErrInvalid)
 	}
@@ -88,9 +106,6 @@ func (b *Builder) validate(templateID string, s *Spec) error {
 			}
 			if st.FilesHash == "" || !hashPattern.MatchString(st.FilesHash) {
 				return bad("filesHash is required")
-			}
-			if _, err := os.Stat(b.uploadPath(templateID, st.FilesHash)); err != nil {
-				return bad("its files (hash %s) were not uploaded: upload them first (GET /templates/%s/files/%s gives the URL)", st.FilesHash, templateID, st.FilesHash)
 			}
 		case "WORKDIR", "USER":
 			if len(st.Args) != 1 || st.Args[0] == "" {
