@@ -173,10 +173,12 @@ func New(cfg Config) (*Builder, error) {
 const interruptedReason = "the build was interrupted: warren stopped while it ran; start it again"
 
 // Start marks the builds a previous run of warren left waiting or
-// building as failed, since nothing runs them any more. Their build
+// building as failed, since nothing runs them any more, and removes the
+// uploads it was receiving. Their build
 // sandboxes were removed by the sandbox manager's start (they are not in
 // the store), and their unfinished layers by the image store's cleanup.
 func (b *Builder) Start(ctx context.Context) error {
+	b.removeStaleUploads()
 	builds, err := b.cfg.Store.BuildsByStatus(ctx, store.BuildWaiting, store.BuildBuilding)
 	if err != nil {
 		return err

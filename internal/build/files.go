@@ -126,6 +126,17 @@ func (b *Builder) removeUploads(templateID string) error {
 	return os.RemoveAll(b.uploadDir(templateID))
 }
 
+// removeStaleUploads removes the partial uploads a previous run left
+// (none is in progress before the API serves).
+func (b *Builder) removeStaleUploads() {
+	tmps, _ := filepath.Glob(filepath.Join(b.cfg.Images.Dir(), "uploads", "*", ".tmp-*"))
+	for _, p := range tmps {
+		if err := os.Remove(p); err != nil {
+			b.log.Warn("removing a partial upload", "path", p, "err", err)
+		}
+	}
+}
+
 // FileStatus tells whether the archive of hash was uploaded for the
 // team's template, and gives a signed URL (on apiURL, the API's base URL
 // as the client reached it) to upload it to.

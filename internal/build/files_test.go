@@ -259,3 +259,22 @@ func TestPruneUploadsKeepsWhatBuildsUse(t *testing.T) {
 		t.Errorf("after a ready build: %v, want [fresh pending used]", files)
 	}
 }
+
+func TestStartRemovesPartialUploads(t *testing.T) {
+	st, dir := newStore(t), t.TempDir()
+	b := newUploadBuilder(t, st, dir)
+	c := newTemplate(t, b, "t1", "app")
+	if err := upload(t, b, "t1", c.Template.ID, "kept", tarOf(t, map[string]string{"f": "f"})); err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(b.uploadDir(c.Template.ID), ".tmp-123")
+	if err := os.WriteFile(partial, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := newUploadBuilder(t, st, dir).Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if files := uploadFiles(t, b, c.Template.ID); strings.Join(files, ",") != "kept" {
+		t.Errorf("after a restart: %v, want [kept]", files)
+	}
+}
