@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/api"
@@ -38,6 +39,21 @@ type serveFlags struct {
 	memoryOvercommit, cpuOvercommit, apiRateLimit float64
 	diskReserveMB                                 int64
 	pausedRetention                               time.Duration
+	maxUploadMB                                   int
+	insecureRegistries                            registryList
+}
+
+// registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
+type registryList []string
+
+func (l *registryList) String() string { return strings.Join(*l, ",") }
+
+func (l *registryList) Set(v string) error {
+	if _, _, err := image.ParseRegistryHost(v); err != nil {
+		return err
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -67,6 +83,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Float64Var(&f.apiRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")
 	fs.Var(&f.allowPrivate, "allow-private-cidr", "a private, CGNAT or link-local `CIDR` range that sandboxes may reach despite the default deny (repeatable, or comma-separated)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
+	fs.IntVar(&f.maxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
+	fs.Var(&f.insecureRegistries, "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -149,9 +167,13 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if f.maxUploadMB <= 0 {
+		return fmt.Errorf("--max-upload-mb must be positive")
+	}
 	builder, err := build.New(build.Config{
 		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
-		RegistryMirror: f.registryMirror, Logger: log,
+		RegistryMirror: f.registryMirror, InsecureRegistries: f.insecureRegistries,
+		MaxUploadBytes: int64(f.maxUploadMB) << 20, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -23,6 +23,8 @@ func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, build.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, build.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	case errors.Is(err, build.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
 	case errors.Is(err, build.ErrConflict), errors.Is(err, store.ErrConflict):

@@ -64,6 +64,8 @@ var (
 	ErrInvalid   = errors.New("invalid request")
 	ErrConflict  = errors.New("conflict")
 	ErrForbidden = errors.New("forbidden")
+	// ErrTooLarge: an upload over a limit (413).
+	ErrTooLarge = errors.New("too large")
 )
 
 // EnvdVersion is what builds report as their sandboxes' envd version.
@@ -81,6 +83,18 @@ type Config struct {
 	Concurrency int
 	// RegistryMirror is asked instead of Docker Hub for docker.io images.
 	RegistryMirror string
+	// InsecureRegistries ("HOST" or "HOST:PORT", --allow-insecure-registry)
+	// may be pulled from over plain HTTP or at loopback, private or
+	// link-local addresses; no other registry may (the mirror is allowed
+	// too).
+	InsecureRegistries []string
+	// MaxUploadBytes bounds one uploaded archive (--max-upload-mb).
+	// Default 1 GiB.
+	MaxUploadBytes int64
+	// MaxTemplateUploads and MaxTemplateUploadBytes bound the archives one
+	// template keeps. Defaults 256 and 4 × MaxUploadBytes.
+	MaxTemplateUploads     int
+	MaxTemplateUploadBytes int64
 	// StepTimeout bounds one step; ReadyTimeout the wait for the ready
 	// command. Defaults 30 min and 2 min.
 	StepTimeout  time.Duration
@@ -98,8 +112,11 @@ type Builder struct {
 	log *slog.Logger
 	// slots bounds the builds running at once.
 	slots chan struct{}
-	// uploadKey signs upload URLs; a new one each run (URLs live minutes).
+	// uploadKey signs upload URLs; it is kept in the data dir.
 	uploadKey []byte
+	// uploadMu serialises checking a template's uploads against their
+	// bounds with changing them.
+	uploadMu sync.Mutex
 
 	mu      sync.Mutex
 	running map[string]*runningBuild // by build ID
@@ -133,8 +150,19 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	key := make([]byte, 32)
-	rand.Read(key)
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = defaultMaxUpload
+	}
+	if cfg.MaxTemplateUploads <= 0 {
+		cfg.MaxTemplateUploads = defaultMaxTemplateUploads
+	}
+	if cfg.MaxTemplateUploadBytes <= 0 {
+		cfg.MaxTemplateUploadBytes = 4 * cfg.MaxUploadBytes
+	}
+	key, err := loadUploadKey(cfg.Images.Dir())
+	if err != nil {
+		return nil, err
+	}
 	return &Builder{
 		cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Concurrency),
 		uploadKey: key, running: map[string]*runningBuild{},
@@ -145,10 +173,12 @@ func New(cfg Config) (*Builder, error) {
 const interruptedReason = "the build was interrupted: warren stopped while it ran; start it again"
 
 // Start marks the builds a previous run of warren left waiting or
-// building as failed, since nothing runs them any more. Their build
+// building as failed, since nothing runs them any more, and removes the
+// uploads it was receiving. Their build
 // sandboxes were removed by the sandbox manager's start (they are not in
 // the store), and their unfinished layers by the image store's cleanup.
 func (b *Builder) Start(ctx context.Context) error {
+	b.removeStaleUploads()
 	builds, err := b.cfg.Store.BuildsByStatus(ctx, store.BuildWaiting, store.BuildBuilding)
 	if err != nil {
 		return err

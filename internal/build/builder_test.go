@@ -94,6 +94,12 @@ type env struct {
 // newEnv starts a builder on a data dir holding only the base template.
 func newEnv(t *testing.T, st store.Store, options ...func(*Config)) *env {
 	t.Helper()
+	return newEnvWith(t, st, "runc", options...)
+}
+
+// newEnvWith is newEnv on runtime rtName (runc or runsc).
+func newEnvWith(t *testing.T, st store.Store, rtName string, options ...func(*Config)) *env {
+	t.Helper()
 	setupFixture(t)
 	dir := t.TempDir()
 	images, err := image.Open(dir)
@@ -106,7 +112,14 @@ func newEnv(t *testing.T, st store.Store, options ...func(*Config)) *env {
 	if err := images.PutTemplate(&image.Template{ID: image.BaseTemplateID, Layers: []string{baseLayer}, User: "user", Workdir: "/home/user", Recipe: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.New("runc", runtime.Config{StateDir: "/run/warren-build-test/runc", CgroupParent: "/warren-build-test"})
+	rtCfg := runtime.Config{StateDir: "/run/warren-build-test/" + rtName, CgroupParent: "/warren-build-test"}
+	if rtName == "runsc" {
+		rtCfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+		if _, err := os.Stat(rtCfg.Binary); err != nil {
+			t.Skipf("runsc is not installed (%v): `warren setup` installs it", err)
+		}
+	}
+	rt, err := runtime.New(rtName, rtCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,11 +415,13 @@ func TestRestartMarksInterruptedBuilds(t *testing.T) {
 // registry on loopback (go-containerregistry's, in this process), builds
 // on it, and runs the result.
 func TestBuildFromRegistry(t *testing.T) {
-	e := newEnv(t, newStore(t))
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	ref := host + "/warren/base:1"
+	// Loopback registries must be allowed, as with warren serve
+	// --allow-insecure-registry.
+	e := newEnv(t, newStore(t), func(c *Config) { c.InsecureRegistries = []string{host, "127.0.0.1:1"} })
 
 	layerDir := filepath.Join(setup.DefaultDataDir, "layers", baseLayer)
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return tarDir(layerDir), nil },
@@ -473,6 +488,14 @@ func TestBuildFromRegistry(t *testing.T) {
 	}
 	if time.Since(start) > 20*time.Second {
 		t.Errorf("an offline pull took %s", time.Since(start))
+	}
+
+	// A builder that does not allow the registry refuses it, and says
+	// how to allow it.
+	strict := newEnv(t, newStore(t))
+	_, st = strict.build("refused", Spec{FromImage: ref})
+	if st.Build.Status != store.BuildError || st.Build.ReasonStep != "base" || !strings.Contains(st.Build.ReasonMessage, "--allow-insecure-registry "+host) {
+		t.Errorf("a loopback registry not allowed: %+v", st.Build)
 	}
 }
 

@@ -37,6 +37,9 @@ const DefaultReadyCmd = "sleep 20"
 // references ($PATH, $HOME) are kept as written. Any other instruction is
 // an error. Error messages name the Dockerfile line.
 func ParseDockerfile(text string) (Spec, error) {
+	if i := strings.IndexByte(text, 0); i >= 0 {
+		return Spec{}, fmt.Errorf("Dockerfile line %d: a NUL byte", strings.Count(text[:i], "\n")+1)
+	}
 	res, err := parser.Parse(strings.NewReader(text))
 	if err != nil {
 		var le *parser.LocationError
@@ -215,8 +218,8 @@ func (p *dockerfileParser) instruction(n *parser.Node) error {
 			if err != nil {
 				return err
 			}
-			if k == "" {
-				return lineErr("ENV: empty name")
+			if !validVarName(k) {
+				return lineErr("ENV: invalid name %q", k)
 			}
 			kv = append(kv, k, v)
 		}
@@ -235,8 +238,8 @@ func (p *dockerfileParser) instruction(n *parser.Node) error {
 		var kv []string
 		for _, w := range a {
 			k, v, hasDefault := strings.Cut(w, "=")
-			if k == "" {
-				return lineErr("ARG: empty name")
+			if !validVarName(k) {
+				return lineErr("ARG: invalid name %q", k)
 			}
 			if hasDefault {
 				var err error
@@ -350,13 +353,25 @@ func (p *dockerfileParser) copy(n *parser.Node, ins string, lineErr func(string,
 		}
 	}
 	dest := words[len(words)-1]
+	if dest == "" {
+		return lineErr("%s: empty destination", ins)
+	}
 	for _, src := range words[:len(words)-1] {
+		if src == "" {
+			return lineErr("%s: empty source", ins)
+		}
 		if ins == "ADD" && (strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") || strings.HasPrefix(src, "git@")) {
 			return lineErr("ADD of a URL (%s) is not supported: download it in a RUN step", src)
 		}
 		p.step("COPY", src, dest, user, mode)
 	}
 	return nil
+}
+
+// validVarName: what an environment variable's name cannot be (the
+// builder refuses the same).
+func validVarName(k string) bool {
+	return k != "" && !strings.ContainsAny(k, "=\x00")
 }
 
 // runCommand is the shell command of a RUN instruction.

@@ -204,3 +204,49 @@ func TestParseDockerfileErrors(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseDockerfile: no Dockerfile makes the translation panic, and
+// every spec it returns is one the builder accepts (once the client has
+// filled in the COPY steps' hashes, as `warren template build` does).
+func FuzzParseDockerfile(f *testing.F) {
+	for _, seed := range []string{
+		"FROM ubuntu:22.04\n",
+		"ARG VERSION=3.12\nFROM python:${VERSION}\nARG VERSION\nRUN echo $VERSION\n",
+		"# escape=`\nFROM alpine\nRUN echo a `\n  b\n",
+		"FROM alpine\nRUN [\"/bin/sh\", \"-c\", \"echo 'hi there'\"]\nRUN [\"ls\",\"\"]\n",
+		"FROM python\nRUN --mount=type=cache,target=/root/.cache pip install x\n",
+		"FROM alpine\nRUN <<EOF\nset -e\necho hi\nEOF\nRUN <<-EOT\n\techo tabbed\n\tEOT\n",
+		"FROM alpine\nRUN cat <<'EOF' > /etc/motd\nhello $USER\nEOF\n",
+		"FROM alpine\nCOPY --chown=app:app --chmod=755 a.sh b.sh /usr/local/bin/\nADD --chmod=0644 conf.tar /etc/\nCOPY --link [\"my file.txt\", \"/data/\"]\n",
+		"FROM alpine\nENV A=1 B=\"two words\" C='$lit'\nENV LEGACY some value here\nENV PATH=/opt/bin:$PATH D=${A}x\n",
+		"FROM alpine\nARG NAME=default\nARG EMPTY\nARG X=1 Y\nCOPY $NAME/ /srv/\n",
+		"FROM alpine\nWORKDIR /app\nUSER app:staff\nWORKDIR rel\n",
+		"FROM alpine\nCMD [\"--port\", \"80\"]\nENTRYPOINT [\"/entry.sh\"]\n",
+		"FROM alpine\nENTRYPOINT exec /entry.sh\nCMD [\"x\"]\n",
+		"FROM alpine\nENV A=\nENV =x\n",
+		"FROM alpine\nUSER :group\n",
+		"FROM alpine\nRUN <<EOF\n \nEOF\n",
+		"FROM alpine\nRUN [\"\"]\n",
+		"FROM alpine\nENV ${X}=1\n",
+		"FROM alpine\nARG A\\=B=1\n",
+		"FROM alpine\nCOPY \"\" /x\n",
+		"FROM alpine\nWORKDIR ${UNSET}\n",
+		"FROM $X\n",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		spec, err := ParseDockerfile(text)
+		if err != nil {
+			return
+		}
+		for i := range spec.Steps {
+			if spec.Steps[i].Type == "COPY" {
+				spec.Steps[i].FilesHash = "0123456789abcdef"
+			}
+		}
+		if err := validateSpec(&spec); err != nil {
+			t.Fatalf("ParseDockerfile(%q) gave a spec the builder refuses: %v\n%+v", text, err, spec)
+		}
+	})
+}

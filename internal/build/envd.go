@@ -3,13 +3,14 @@ package build
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 
 	"connectrpc.com/connect"
 
@@ -41,6 +42,14 @@ type envdClient struct {
 	token   string
 	http    *http.Client
 	process processconnect.ProcessClient
+}
+
+// newToken is a fresh envd access token: every build sandbox gets its
+// own, so that nothing but its build can reach its envd.
+func newToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func newEnvdClient(sb *node.Sandbox, token string) *envdClient {
@@ -108,15 +117,10 @@ func wait(stream *connect.ServerStreamForClient[pb.StartResponse], output func(b
 	return -1, errors.New("the process's stream ended before the process")
 }
 
-// upload writes the file at hostPath to path in the sandbox, as root.
-func (c *envdClient) upload(ctx context.Context, hostPath, path string) error {
-	f, err := os.Open(hostPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+// upload writes body to path in the sandbox, as root.
+func (c *envdClient) upload(ctx context.Context, body io.Reader, path string) error {
 	q := url.Values{"path": {path}, "username": {"root"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sb.EnvdURL()+"/files?"+q.Encode(), f)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sb.EnvdURL()+"/files?"+q.Encode(), body)
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,8 +56,26 @@ func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID st
 	return b.launch(bd, t, rec)
 }
 
-// validate checks a spec before a build is started with it.
+// validate checks a spec before a build is started with it: its form,
+// and that the files of its COPY steps were uploaded.
 func (b *Builder) validate(templateID string, s *Spec) error {
+	if err := validateSpec(s); err != nil {
+		return err
+	}
+	for i, st := range s.Steps {
+		if st.Type != "COPY" {
+			continue
+		}
+		if _, err := os.Stat(b.uploadPath(templateID, st.FilesHash)); err != nil {
+			return fmt.Errorf("%w: step %d (COPY): its files (hash %s) were not uploaded: upload them first (GET /templates/%s/files/%s gives the URL)",
+				ErrInvalid, i+1, st.FilesHash, templateID, st.FilesHash)
+		}
+	}
+	return nil
+}
+
+// validateSpec checks a spec's form.
+func validateSpec(s *Spec) error {
 	if s.FromImage != "" && s.FromTemplate != "" {
 		return fmt.Errorf("%w: give fromImage or fromTemplate, not both", ErrInvalid)
 	}
@@ -86,9 +106,6 @@ func (b *Builder) validate(templateID string, s *Spec) error {
 			}
 			if st.FilesHash == "" || !hashPattern.MatchString(st.FilesHash) {
 				return bad("filesHash is required")
-			}
-			if _, err := os.Stat(b.uploadPath(templateID, st.FilesHash)); err != nil {
-				return bad("its files (hash %s) were not uploaded: upload them first (GET /templates/%s/files/%s gives the URL)", st.FilesHash, templateID, st.FilesHash)
 			}
 		case "WORKDIR", "USER":
 			if len(st.Args) != 1 || st.Args[0] == "" {
@@ -184,6 +201,7 @@ func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template
 					b.log.Error("tagging a build", "build", bd.ID, "tag", tag, "err", terr)
 				}
 			}
+			b.pruneUploads(bg, t.ID, *rec.Spec)
 		}
 	}
 
@@ -235,6 +253,20 @@ func (s *state) template(id string) *image.Template {
 	return &image.Template{ID: id, Layers: slices.Clone(s.layers), User: s.user, Workdir: s.workdir, Envs: envs}
 }
 
+// cacheScope is what a team's cache keys start from. A cached layer is
+// whatever its step wrote when it was first built, so a key that another
+// team could reach would let that team build a step under this team's
+// inputs first and have its own files taken; keys of different teams
+// never meet. A base's layers (the built-in base, an image) are shared:
+// they are inputs, not cache entries. There is no key for no team.
+func cacheScope(teamID string) (string, error) {
+	if teamID == "" {
+		return "", errors.New("the template belongs to no team: the layer cache is per team, so it cannot be built")
+	}
+	h := sha256.Sum256([]byte("team\x00" + teamID))
+	return hex.EncodeToString(h[:]), nil
+}
+
 // chain extends the cache key with a step and what it runs with.
 func (s *state) chain(parts ...string) string {
 	h := sha256.New()
@@ -258,10 +290,16 @@ func (s *state) chain(parts ...string) string {
 // returns the template (named by the build ID) they make.
 func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store.Template, spec Spec) (*image.Template, error) {
 	lg.setStep("base")
+	scope, err := cacheScope(t.TeamID)
+	if err != nil {
+		return nil, failAt("base", err)
+	}
 	st, err := b.base(ctx, lg, t.TeamID, spec)
 	if err != nil {
 		return nil, failAt("base", err)
 	}
+	st.key = scope
+	st.chain(append([]string{"base"}, st.layers...)...)
 	for i, step := range spec.Steps {
 		name := strconv.Itoa(i + 1)
 		lg.setStep(name)
@@ -318,7 +356,6 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Sp
 	for k, v := range img.Envs {
 		st.envs[k] = v
 	}
-	st.chain(append([]string{"base"}, img.Layers...)...)
 	return st, nil
 }
 
@@ -339,7 +376,7 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec Spec) (*imag
 		lg.info("using the imported image %s", ref)
 		return img, nil
 	}
-	opts := image.PullOptions{Mirror: b.cfg.RegistryMirror, Progress: lg.info}
+	opts := image.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
 	if a := spec.FromImageRegistry; a != nil {
 		switch a.Type {
 		case "registry", "":
@@ -417,13 +454,26 @@ func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID 
 			dest = d
 		}
 		lg.info("COPY %s %s", src, dest)
-		archive := b.uploadPath(templateID, s.FilesHash)
-		gz, err := isGzip(archive)
+		// The key names the archive by its content, not by FilesHash:
+		// the SDK's hash cannot be recomputed from the upload (it covers
+		// the step's destination and each directory's st_size, which the
+		// archive does not carry), so a client could name any files by a
+		// hash another build of the team uses. The file stays open: what
+		// is hashed is what is copied, even if it is replaced meanwhile.
+		archive, err := os.Open(b.uploadPath(templateID, s.FilesHash))
 		if err != nil {
 			return fmt.Errorf("the uploaded files of hash %s: %w", s.FilesHash, err)
 		}
-		return b.layerStep(ctx, lg, st, bd, force, []string{"COPY", src, dest, user, mode, s.FilesHash}, func(c *envdClient) error {
-			inSandbox := "/tmp/.warren-copy-" + s.FilesHash
+		defer archive.Close()
+		digest, gz, err := archiveDigest(archive)
+		if err != nil {
+			return fmt.Errorf("the uploaded files of hash %s: %w", s.FilesHash, err)
+		}
+		return b.layerStep(ctx, lg, st, bd, force, []string{"COPY", src, dest, user, mode, "sha256:" + digest}, func(c *envdClient) error {
+			inSandbox := "/tmp/.warren-copy-" + digest
+			if _, err := archive.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
 			if err := c.upload(ctx, archive, inSandbox); err != nil {
 				return err
 			}
@@ -432,6 +482,20 @@ func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID 
 		})
 	}
 	return fmt.Errorf("unknown step type %q", s.Type)
+}
+
+// archiveDigest is the hex SHA-256 of an uploaded archive's bytes, and
+// whether it is gzip'd.
+func archiveDigest(f *os.File) (string, bool, error) {
+	var head [2]byte
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return "", false, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
+		return "", false, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), head[0] == 0x1f && head[1] == 0x8b, nil
 }
 
 // copyScript runs as root in the build sandbox: it unpacks the archive
@@ -510,7 +574,7 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 		return nil
 	}
 	start := time.Now()
-	sb, c, err := b.sandbox(ctx, bd, st.layers, "", "", "")
+	sb, c, err := b.sandbox(ctx, bd, st.layers, "", "", newToken())
 	if err != nil {
 		return err
 	}
@@ -529,8 +593,8 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 }
 
 // sandbox starts a build sandbox over layers (IDs). Its writable layer has
-// no size limit so that it can be committed; token is envd's ("" for
-// none).
+// no size limit so that it can be committed; token is envd's, a fresh
+// one for each sandbox (newToken).
 func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, user, workdir, token string) (*node.Sandbox, *envdClient, error) {
 	dirs, err := b.cfg.Images.LayerDirs(&image.Template{ID: bd.ID, Layers: layers})
 	if err != nil {
@@ -573,19 +637,23 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 	}
 	snapID := "snap-" + st.chain("START", img.StartCmd, img.ReadyCmd, b.cfg.Node.Runtime().Name(), nonce)[:40]
 	if !force && b.cfg.Images.HasLayer(snapID) && b.cfg.Images.HasSnapshot(snapID) {
-		lg.info("cached")
-		img.Layers = append(img.Layers, snapID)
-		img.Snapshot = snapID
-		return nil
+		if token, err := b.snapshotToken(snapID); err == nil {
+			lg.info("cached")
+			img.Layers = append(img.Layers, snapID)
+			img.Snapshot, img.SnapshotToken = snapID, token
+			return nil
+		}
 	}
 	if !b.cfg.Node.Runtime().Capabilities().Checkpoint {
 		return fmt.Errorf("a start command needs checkpoints, which the %s runtime cannot do here: %s",
 			b.cfg.Node.Runtime().Name(), b.cfg.Node.Runtime().Capabilities().CheckpointDetail)
 	}
 	lg.info("starting: %s", img.StartCmd)
-	// The envd in the snapshot has no access token: each restored
-	// sandbox gets its own through /init before anyone can reach it.
-	sb, c, err := b.sandbox(ctx, bd, img.Layers, img.User, img.Workdir, "")
+	// The envd in the snapshot keeps this token: the template records it
+	// (SnapshotToken), the sandbox manager authenticates a restored
+	// sandbox's /init with it, and /init gives the sandbox its own.
+	token := newToken()
+	sb, c, err := b.sandbox(ctx, bd, img.Layers, img.User, img.Workdir, token)
 	if err != nil {
 		return err
 	}
@@ -624,13 +692,38 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 		return fmt.Errorf("checkpointing: %w", err)
 	}
 	keep = true
+	if err := writeSnapshotToken(dir, token); err != nil {
+		b.remove(sb)
+		_ = b.cfg.Images.RemoveSnapshot(snapID)
+		return fmt.Errorf("keeping the snapshot's envd token: %w", err)
+	}
 	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), sb, snapID); err != nil {
 		_ = b.cfg.Images.RemoveSnapshot(snapID)
 		return fmt.Errorf("keeping the started sandbox's files: %w", err)
 	}
 	img.Layers = append(img.Layers, snapID)
-	img.Snapshot = snapID
+	img.Snapshot, img.SnapshotToken = snapID, token
 	return nil
+}
+
+// snapshotTokenFile, in a snapshot's directory, holds the access token of
+// the envd inside it, so that a build that finds the snapshot cached can
+// record it too. A snapshot without one is not reused.
+const snapshotTokenFile = "warren-envd-token"
+
+func writeSnapshotToken(dir, token string) error {
+	return os.WriteFile(filepath.Join(dir, snapshotTokenFile), []byte(token), 0o600)
+}
+
+func (b *Builder) snapshotToken(snapID string) (string, error) {
+	t, err := os.ReadFile(filepath.Join(b.cfg.Images.SnapshotDir(snapID), snapshotTokenFile))
+	if err != nil {
+		return "", err
+	}
+	if len(t) == 0 {
+		return "", errors.New("empty envd token")
+	}
+	return string(t), nil
 }
 
 // readyPoll is how often the ready command is re-run.

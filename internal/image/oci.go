@@ -85,6 +85,11 @@ type PullOptions struct {
 	// is the way to reach Docker Hub's images at all. Credentials, if any,
 	// go to the mirror.
 	Mirror string
+	// AllowInsecure names registries ("HOST" or "HOST:PORT") that may be
+	// reached over plain HTTP or at loopback, private, link-local or
+	// other non-public addresses, which no other registry may (see
+	// registry.go). The mirror is allowed too.
+	AllowInsecure []string
 	// Progress, if set, gets one line per event: resolving the reference,
 	// each layer being fetched and unpacked or already present, with
 	// sizes. Lines have no trailing newline.
@@ -117,9 +122,12 @@ var pullPlatform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 // image's config (User "root" when it has none, as for Docker). ID is "":
 // the caller names the template and stores it with PutTemplate.
 //
-// Registries on loopback (localhost, 127.0.0.1, [::1]) and mirrors given
-// as http://host:port are spoken to over plain HTTP, others over HTTPS.
-// An unreachable registry fails within seconds, with an error saying how
+// Registries are spoken to over HTTPS, at public addresses only, unless
+// allowed by opts.AllowInsecure or as the mirror (registry.go): then
+// plain HTTP is used where the registry speaks nothing else (loopback
+// and private addresses, and mirrors given as http://host:port), and a
+// refused registry's error (ErrRegistryNotAllowed) names the flag that
+// allows it. An unreachable registry fails within seconds, with an error saying how
 // to get the image without it (import an archive, or use a mirror);
 // unknown images, tags and authentication failures have errors that say
 // so.
@@ -144,7 +152,11 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Templa
 		progress("resolving %s", norm)
 	}
 
-	tr := registryTransport()
+	policy, err := newRegistryPolicy(opts.AllowInsecure, opts.Mirror)
+	if err != nil {
+		return nil, err
+	}
+	tr := policy.transport()
 	defer tr.CloseIdleConnections()
 	auth := authn.Anonymous
 	if opts.Username != "" || opts.Password != "" {
@@ -323,24 +335,6 @@ func mirrored(r name.Reference, mirror string) (name.Reference, error) {
 	return out, nil
 }
 
-// registryTransport is go-containerregistry's default transport with the
-// short timeouts above.
-func registryTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   registryDialTimeout,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   registryTLSTimeout,
-		ResponseHeaderTimeout: registryHeaderTimeout,
-		ExpectContinueTimeout: time.Second,
-	}
-}
-
 // retryable tells go-containerregistry which failed requests to try again
 // (up to three times in four seconds): flaky connections, as by default,
 // but not a registry that cannot be reached at all, which retrying would
@@ -376,6 +370,10 @@ func unreachable(err error) bool {
 // pullError turns an error from the registry into one that says what went
 // wrong in the user's terms and, where there is one, what to do.
 func pullError(image, registry, user string, err error) error {
+	var refused *RegistryRefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("image: pulling %s: %w", image, refused)
+	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		if terr.Request != nil && terr.Request.URL.Path == "/v2/" && terr.StatusCode != http.StatusUnauthorized {

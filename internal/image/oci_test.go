@@ -504,7 +504,7 @@ func TestPullFromRegistry(t *testing.T) {
 	}
 
 	p1 := &progressLog{t: t}
-	tmpl, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p1.add})
+	tmpl, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p1.add, AllowInsecure: []string{reg.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestPullFromRegistry(t *testing.T) {
 
 	// Again: nothing is fetched but the manifest and config.
 	p2 := &progressLog{t: t}
-	again, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p2.add})
+	again, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p2.add, AllowInsecure: []string{reg.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,17 +591,17 @@ func TestPullAuth(t *testing.T) {
 	ref := authed.host + "/private/img:1"
 	ctx := context.Background()
 
-	_, err := s.Pull(ctx, ref, PullOptions{})
+	_, err := s.Pull(ctx, ref, PullOptions{AllowInsecure: []string{authed.host}})
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "authentication") || !strings.Contains(err.Error(), "anonymous") {
 		t.Errorf("anonymous pull: err = %v, want one about authentication", err)
 	}
-	_, err = s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "wrong"})
+	_, err = s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "wrong", AllowInsecure: []string{authed.host}})
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "authentication") || !strings.Contains(err.Error(), `"alice" failed`) {
 		t.Errorf("wrong password: err = %v, want an authentication failure", err)
 	}
-	tmpl, err := s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "s3cret"})
+	tmpl, err := s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "s3cret", AllowInsecure: []string{authed.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +615,7 @@ func TestPullUnknown(t *testing.T) {
 	reg, _ := startRegistry(t, nil)
 	push(t, reg.host+"/test/img:1", testImage(t, "amd64", v1.Config{}, mkTar(t, tfile("f", "f", 0o644))))
 	for _, ref := range []string{reg.host + "/test/img:nope", reg.host + "/test/nothing:1"} {
-		_, err := s.Pull(context.Background(), ref, PullOptions{})
+		_, err := s.Pull(context.Background(), ref, PullOptions{AllowInsecure: []string{reg.host}})
 		t.Log(err)
 		if err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("%s: err = %v, want not found", ref, err)
@@ -653,7 +653,7 @@ func TestPullOffline(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	// Nothing listens on port 1.
-	_, err := s.Pull(ctx, "127.0.0.1:1/x:1", PullOptions{})
+	_, err := s.Pull(ctx, "127.0.0.1:1/x:1", PullOptions{AllowInsecure: []string{"127.0.0.1:1"}})
 	took := time.Since(start)
 	t.Logf("%v after %v", err, took)
 	if err == nil || !strings.Contains(err.Error(), "cannot reach registry 127.0.0.1:1") ||

@@ -89,6 +89,11 @@ type Template struct {
 	// sandbox of these layers with StartCmd already running: sandboxes of
 	// the template are restored from it instead of booted.
 	Snapshot string `json:"snapshot,omitempty"`
+	// SnapshotToken is the access token of the envd inside Snapshot (the
+	// build sandbox's, checkpointed with it): a restored sandbox's /init
+	// must present it. It is a secret: template files are 0600 in the
+	// 0700 data dir.
+	SnapshotToken string `json:"snapshotToken,omitempty"`
 	// Recipe identifies how a built-in template was made; a changed recipe
 	// makes setup rebuild it.
 	Recipe string `json:"recipe,omitempty"`
@@ -166,7 +171,7 @@ func (s *Store) PutTemplate(t *Template) error {
 	}
 	p := filepath.Join(s.dir, "templates", t.ID+".json")
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)

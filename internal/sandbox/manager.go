@@ -443,9 +443,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 		if tmpl.Snapshot != "" {
 			// Restored with its start command running. The envd in the
-			// snapshot has no token; /init gives it this sandbox's.
-			token = ""
-			nreq.AccessToken = ""
+			// snapshot has the build's token; /init gives it this sandbox's.
+			token = tmpl.SnapshotToken
+			nreq.AccessToken = token
 			sb, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
 		} else {
 			sb, err = m.cfg.Node.Create(ctx, nreq)
