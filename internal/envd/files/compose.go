@@ -22,7 +22,7 @@ type composeRequest struct {
 // by the user) and then removes the sources. A source may be named twice
 // or be the destination itself.
 func (h *Handler) compose(w http.ResponseWriter, r *http.Request) {
-	if !h.authenticate(w, r, "write") {
+	if !h.authenticateToken(w, r) {
 		return
 	}
 	var req composeRequest
