@@ -11,11 +11,9 @@
 package files
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envd/settings"
@@ -54,14 +52,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authorize checks the access token or the URL signature for operation
-// ("read" or "write") and resolves the user named by the username
-// parameter. It writes the error itself.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, bool) {
-	if !h.authenticate(w, r, operation) {
-		return nil, false
+// authorize parses the query, checks the access token or the URL
+// signature for operation ("read" or "write") and resolves the user named
+// by the username parameter. It writes the error itself.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, fileQuery, bool) {
+	q, err := parseFileQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, q, false
 	}
-	return h.user(w, r.URL.Query().Get("username"))
+	if !h.authenticate(w, r, q, operation) {
+		return nil, q, false
+	}
+	u, ok := h.user(w, q.Username)
+	return u, q, ok
 }
 
 // authenticate accepts a request that carries the access token in
@@ -69,7 +73,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation st
 // without the header, one whose URL signature for operation is valid and
 // not expired. With no token set nothing is accepted, unless envd is open
 // (settings.Open): a signature keyed by an empty token is anyone's to make.
-func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, operation string) bool {
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, q fileQuery, operation string) bool {
 	if h.settings.Open() {
 		return true
 	}
@@ -85,8 +89,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, operation
 		writeError(w, http.StatusUnauthorized, "envd has no access token yet")
 		return false
 	}
-	q := r.URL.Query()
-	if err := h.checkSignature(q.Get("path"), operation, q.Get("username"), token, q.Get("signature"), q.Get("signature_expiration")); err != nil {
+	if err := q.verify(operation, token, h.now()); err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return false
 	}
@@ -118,28 +121,6 @@ func (h *Handler) user(w http.ResponseWriter, name string) (*users.User, bool) {
 		return nil, false
 	}
 	return u, true
-}
-
-func (h *Handler) checkSignature(path, operation, username, token, signature, expiration string) error {
-	if signature == "" {
-		return errors.New("missing access token or signature")
-	}
-	var exp *int64
-	if expiration != "" {
-		v, err := strconv.ParseInt(expiration, 10, 64)
-		if err != nil {
-			return errors.New("invalid signature_expiration")
-		}
-		if v < h.now().Unix() {
-			return errors.New("signature has expired")
-		}
-		exp = &v
-	}
-	want := Signature(path, operation, username, token, exp)
-	if subtle.ConstantTimeCompare([]byte(want), []byte(signature)) != 1 {
-		return errors.New("invalid signature")
-	}
-	return nil
 }
 
 // entry is one element of an upload's response.
