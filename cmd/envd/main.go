@@ -30,6 +30,7 @@ func main() {
 	user := flag.String("user", "user", "default user for requests that name none")
 	workdir := flag.String("workdir", "", "default working directory (default: the user's home)")
 	version := flag.Bool("version", false, "print the version and exit")
+	insecure := flag.Bool("insecure-no-token", false, "serve every request without a token while none is set (development only: anyone who reaches the port can run anything as root)")
 	flag.Parse()
 	if *version {
 		fmt.Println(envd.Version)
@@ -40,7 +41,15 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	token := os.Getenv(tokenEnv)
 	os.Unsetenv(tokenEnv)
-	if err := run(*addr, settings.New(*user, *workdir, token), log); err != nil {
+	s := settings.New(*user, *workdir, token)
+	switch {
+	case token == "" && *insecure:
+		s.AllowNoToken()
+		log.Warn("no access token and --insecure-no-token: every request is served unauthenticated")
+	case token == "":
+		log.Warn("no access token (" + tokenEnv + "): every request but GET /health is refused")
+	}
+	if err := run(*addr, s, log); err != nil {
 		log.Error("envd failed", "err", err)
 		os.Exit(1)
 	}

@@ -41,6 +41,7 @@ type serveFlags struct {
 	pausedRetention                               time.Duration
 	maxUploadMB                                   int
 	insecureRegistries                            registryList
+	insecureRuntime                               bool
 }
 
 // registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
@@ -64,7 +65,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:3000", "address of the platform API (E2B_API_URL)")
 	fs.StringVar(&f.proxyAddr, "proxy-addr", "127.0.0.1:3002", "address of the sandbox proxy (E2B_SANDBOX_URL)")
 	fs.StringVar(&f.domain, "domain", "localhost", "sandbox hosts are {port}-{sandboxID}.DOMAIN")
-	fs.StringVar(&f.runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc")
+	fs.StringVar(&f.runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc (needs --insecure-runtime)")
+	fs.BoolVar(&f.insecureRuntime, "insecure-runtime", false, "allow --runtime runc, whose sandboxes share the host kernel with the code they run (trusted code only)")
 	fs.StringVar(&f.envd, "envd", "", "the static envd binary (default: envd beside this executable)")
 	fs.StringVar(&f.runDir, "run-dir", "/run/warren", "runtime state (tmpfs)")
 	fs.StringVar(&f.cgroupParent, "cgroup-parent", "/warren", "cgroup under which sandboxes get theirs")
@@ -91,6 +93,9 @@ func runServe(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	if err := checkRuntime(f.runtime, f.insecureRuntime); err != nil {
+		return err
+	}
 	// Listen first: a taken port should fail before anything is started.
 	apiLn, err := net.Listen("tcp", f.apiAddr)
 	if err != nil {
@@ -242,4 +247,16 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// checkRuntime refuses runc unless insecure is set: a runc sandbox is a
+// container on the host kernel, hardened (seccomp, capabilities, masked
+// /proc) but one kernel bug away from the host, and Warren runs hostile
+// code. gVisor puts its own kernel in between.
+func checkRuntime(name string, insecure bool) error {
+	if name == "runc" && !insecure {
+		return errors.New("--runtime runc runs sandboxes on the host kernel, where one kernel exploit by sandboxed code reaches the host: " +
+			"use --runtime runsc (gVisor, the default), or add --insecure-runtime if every sandbox on this node runs trusted code")
+	}
+	return nil
 }

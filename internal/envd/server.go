@@ -5,7 +5,6 @@
 package envd
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -56,22 +55,33 @@ func New(s *settings.Settings, r *reaper.Reaper, log *slog.Logger) *Server {
 	procPath, procHandler := processconnect.NewProcessHandler(srv.proc)
 	srv.mux.Handle(fsPath, srv.requireToken(fsHandler))
 	srv.mux.Handle(procPath, srv.requireToken(procHandler))
-	// /files checks the token or a URL signature itself.
+	// /files checks the token or a URL signature itself; /files/compose
+	// takes the token only.
 	fh := files.NewHandler(s)
 	srv.mux.Handle("/files", fh)
-	srv.mux.Handle("/files/compose", fh)
-	srv.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
+	srv.mux.Handle("/files/compose", srv.requireToken(fh))
 	srv.mux.Handle("GET /envs", srv.requireToken(http.HandlerFunc(srv.handleEnvs)))
 	srv.mux.Handle("GET /metrics", srv.requireToken(http.HandlerFunc(srv.handleMetrics)))
-	// /init is the platform's: it needs the current token once one is set.
+	// /init is the platform's: it needs the current token, like the rest.
 	srv.mux.Handle("POST /init", srv.requireToken(http.HandlerFunc(srv.handleInit)))
 	return srv
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. GET (and HEAD) /health is always open (the
+// platform polls it before it can authenticate); every other request,
+// including unknown paths, is refused while envd has no token to check it
+// against, unless it runs with --insecure-no-token.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path == "/health" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if s.settings.AccessToken() == "" && !s.settings.Open() {
+		WriteError(w, http.StatusUnauthorized, "envd has no access token yet: every request but GET /health is refused")
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Close stops watchers and releases what the services hold. Running
 // processes are left alone: they belong to the sandbox, not to the server.
@@ -82,23 +92,16 @@ func (s *Server) Close() {
 // Processes exposes the process service, for signal forwarding at shutdown.
 func (s *Server) Processes() *process.Service { return s.proc }
 
+// requireToken passes requests that carry the access token in
+// X-Access-Token (or any request when envd is open, see settings.Open).
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !TokenMatches(s.settings.AccessToken(), r.Header.Get("X-Access-Token")) {
+		if !s.settings.Open() && !s.settings.TokenMatches(r.Header.Get("X-Access-Token")) {
 			WriteError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// TokenMatches reports whether got is acceptable for the configured token:
-// any request passes when no token is configured. It compares in constant time.
-func TokenMatches(want, got string) bool {
-	if want == "" {
-		return true
-	}
-	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
 // WriteError writes envd's JSON error body {"code","message"}.
@@ -130,6 +133,12 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	body := http.MaxBytesReader(w, r.Body, 1<<20)
 	if err := json.NewDecoder(body).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
 		WriteError(w, http.StatusBadRequest, "invalid init body: "+err.Error())
+		return
+	}
+	if req.AccessToken != nil && *req.AccessToken == "" {
+		// An empty token would lock everyone out (or, with
+		// --insecure-no-token, let everyone in).
+		WriteError(w, http.StatusBadRequest, "accessToken must not be empty")
 		return
 	}
 	s.settings.Apply(settings.Update{

@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
+	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -18,6 +20,10 @@ type ociOptions struct {
 	// /sys (runc). gVisor's /proc and /sys are synthetic and expose
 	// nothing of the host.
 	maskHost bool
+	// seccomp filters the sandbox's system calls (runc: see
+	// sandboxSeccomp). gVisor's sentry is the sandbox's kernel and
+	// filters its own host system calls, so runsc gets none.
+	seccomp *specs.LinuxSeccomp
 	// pidsLimit is written to the host pids cgroup; <= 0 means no limit.
 	pidsLimit int64
 	// diskTmp mounts the root filesystem's own /tmp at /tmp (runsc).
@@ -58,7 +64,8 @@ var sandboxCaps = []string{
 }
 
 // maskedPaths and readonlyPaths hide host kernel knobs that /proc and /sys
-// expose even inside namespaces (the list every container engine uses).
+// expose even inside namespaces: runc's default lists (`runc spec`) plus
+// Docker's additions (/proc/interrupts, powercap's energy counters).
 var (
 	maskedPaths = []string{
 		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
@@ -103,7 +110,14 @@ func buildProcess(s *Spec, cfg *Config) *specs.Process {
 			Permitted: caps,
 		},
 		Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: cfg.NoFile, Soft: soft}},
-		// sudo (setuid root) must work for the sandbox user.
+		// no_new_privs stays off: with it the kernel ignores setuid bits,
+		// and E2B sandboxes promise the user passwordless sudo (templates
+		// and SDK users run `sudo apt-get ...`). It would buy nothing
+		// here: the most a setuid binary can reach is root with the
+		// bounding set above, which envd and sudo give anyway, and
+		// runc's seccomp filter (installed by runc itself, which needs no
+		// no_new_privs for that) is inherited by everything, setuid or
+		// not, and cannot be removed.
 		NoNewPrivileges: false,
 	}
 }
@@ -191,7 +205,25 @@ func buildLinux(s *Spec, cfg *Config, o ociOptions) *specs.Linux {
 		l.MaskedPaths = maskedPaths
 		l.ReadonlyPaths = readonlyPaths
 	}
+	l.Seccomp = o.seccomp
 	return l
+}
+
+// sandboxSeccomp is the seccomp profile of runc sandboxes: Docker's
+// default profile (github.com/moby/profiles/seccomp), maintained with the
+// kernel, resolved for sandboxCaps. It refuses with EPERM what a sandbox
+// with these capabilities has no business calling but that the kernel
+// would otherwise allow without privileges: new user namespaces (unshare,
+// clone flags), the kernel keyring, bpf, userfaultfd, perf, kexec,
+// module and clock calls, exotic socket families and the like.
+func sandboxSeccomp() (*specs.LinuxSeccomp, error) {
+	prof, err := seccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{
+		Capabilities: &specs.LinuxCapabilities{Bounding: sandboxCaps},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: the default seccomp profile: %w", err)
+	}
+	return prof, nil
 }
 
 // cpuPeriod is the CFS period; the quota is cpuCount periods.

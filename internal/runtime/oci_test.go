@@ -183,3 +183,48 @@ func TestEnvTokenWins(t *testing.T) {
 		t.Errorf("env without token = %v", env)
 	}
 }
+
+// runc sandboxes get Docker's default seccomp profile, resolved for the
+// sandbox's capabilities; runsc sandboxes none (gVisor filters itself).
+func TestSeccompProfile(t *testing.T) {
+	sc, err := sandboxSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := Config{}.withDefaults("runc")
+	s := testSpec()
+	o := buildOCI(&s, &cfg, (&Runc{base: &base{cfg: cfg}, seccomp: sc}).ociOptions(&s))
+	l := o.Linux.Seccomp
+	if l == nil || l.DefaultAction != specs.ActErrno || l.DefaultErrnoRet == nil || *l.DefaultErrnoRet != 1 {
+		t.Fatalf("runc seccomp = %+v, want a default of EPERM", l)
+	}
+	allowed := map[string]bool{}
+	for _, sys := range l.Syscalls {
+		if sys.Action == specs.ActAllow && len(sys.Args) == 0 {
+			for _, n := range sys.Names {
+				allowed[n] = true
+			}
+		}
+	}
+	for _, n := range []string{"read", "write", "openat", "execve", "setresuid", "chroot"} {
+		if !allowed[n] {
+			t.Errorf("%s is not allowed", n)
+		}
+	}
+	for _, n := range []string{"unshare", "setns", "mount", "keyctl", "add_key", "bpf", "kexec_load", "init_module", "userfaultfd", "perf_event_open", "settimeofday", "clone3"} {
+		if allowed[n] {
+			t.Errorf("%s is allowed unconditionally", n)
+		}
+	}
+	if !slices.ContainsFunc(l.Architectures, func(a specs.Arch) bool { return a == specs.ArchX86_64 || a == specs.ArchAARCH64 }) {
+		t.Errorf("architectures %v", l.Architectures)
+	}
+	if _, err := json.Marshal(o); err != nil {
+		t.Fatal(err)
+	}
+
+	rs := &Runsc{base: &base{cfg: cfg}}
+	if o := buildOCI(&s, &cfg, rs.ociOptions(&s)); o.Linux.Seccomp != nil {
+		t.Error("runsc spec has a seccomp profile")
+	}
+}

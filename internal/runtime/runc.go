@@ -8,15 +8,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// Runc is the runc backend: namespaces and cgroups on the host kernel.
+// Runc is the runc backend: namespaces and cgroups on the host kernel,
+// hardened like a Docker container (Docker's capability set and seccomp
+// profile, masked and read-only /proc and /sys paths). The sandbox still
+// shares the host kernel with the code it runs, which is why
+// `warren serve` wants --insecure-runtime for it.
 // Pause is the cgroup freezer; checkpoint/restore is CRIU's, available
 // only when a CRIU >= 4.2 is installed.
 type Runc struct {
 	*base
 	criu       string // CRIU path, "" when checkpointing is unsupported
 	criuDetail string
+	seccomp    *specs.LinuxSeccomp
 }
 
 var _ Runtime = (*Runc)(nil)
@@ -39,7 +46,11 @@ func NewRunc(cfg Config) (*Runc, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runc{base: b}
+	sc, err := sandboxSeccomp()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runc{base: b, seccomp: sc}
 	path, ok, detail := criuStatus(cfg.CriuPath)
 	r.criuDetail = detail
 	if ok {
@@ -72,7 +83,7 @@ func (r *Runc) ociOptions(s *Spec) ociOptions {
 	if pids == 0 {
 		pids = r.cfg.PidsLimit
 	}
-	return ociOptions{cgroupNS: true, maskHost: true, pidsLimit: pids}
+	return ociOptions{cgroupNS: true, maskHost: true, pidsLimit: pids, seccomp: r.seccomp}
 }
 
 // Start implements Runtime.

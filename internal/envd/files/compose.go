@@ -22,7 +22,7 @@ type composeRequest struct {
 // by the user) and then removes the sources. A source may be named twice
 // or be the destination itself.
 func (h *Handler) compose(w http.ResponseWriter, r *http.Request) {
-	if !h.authenticate(w, r, "write") {
+	if !h.authenticateToken(w, r) {
 		return
 	}
 	var req composeRequest
@@ -36,7 +36,12 @@ func (h *Handler) compose(w http.ResponseWriter, r *http.Request) {
 	}
 	name := req.Username
 	if name == "" {
-		name = r.URL.Query().Get("username")
+		q, err := parseFileQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		name = q.Username
 	}
 	u, ok := h.user(w, name)
 	if !ok {

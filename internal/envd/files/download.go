@@ -18,11 +18,11 @@ import (
 // application/octet-stream, with Range and conditional requests handled
 // by http.ServeContent.
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	u, ok := h.authorize(w, r, "read")
+	u, q, ok := h.authorize(w, r, "read")
 	if !ok {
 		return
 	}
-	path := u.ResolvePath(r.URL.Query().Get("path"), h.settings.DefaultWorkdir())
+	path := u.ResolvePath(q.Path, h.settings.DefaultWorkdir())
 	// Stat before opening: opening a FIFO for reading would block until a
 	// writer turns up.
 	fi, err := os.Stat(path)

@@ -16,14 +16,12 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/warren-sandbox/warren/internal/envd/settings"
 )
 
 // Both SDK body variants arrive chunked, never with a Content-Length.
 func TestChunkedUploads(t *testing.T) {
 	var sawChunked int
-	h := NewHandler(settings.New("root", "", ""))
+	h := NewHandler(openSettings())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.TransferEncoding) > 0 && r.TransferEncoding[0] == "chunked" {
 			sawChunked++

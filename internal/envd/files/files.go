@@ -3,18 +3,17 @@
 // and POST /files/compose (concatenate files).
 //
 // Requests are authorised by the sandbox access token in X-Access-Token or,
-// for URLs handed to third parties, by a signature over the path,
-// operation, user and token (see Signature). They run as the user named by
+// for /files URLs handed to third parties, by a signature over the path,
+// operation, user and token (see Signature); /files/compose takes the
+// token only. They run as the user named by
 // the username parameter, else the sandbox's default user: relative paths
 // resolve against that user's home and written files belong to that user.
 package files
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envd/settings"
@@ -53,37 +52,60 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authorize checks the access token or the URL signature for operation
-// ("read" or "write") and resolves the user named by the username
-// parameter. It writes the error itself.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, bool) {
-	if !h.authenticate(w, r, operation) {
-		return nil, false
+// authorize parses the query, checks the access token or the URL
+// signature for operation ("read" or "write") and resolves the user named
+// by the username parameter. It writes the error itself.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, operation string) (*users.User, fileQuery, bool) {
+	q, err := parseFileQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, q, false
 	}
-	return h.user(w, r.URL.Query().Get("username"))
+	if !h.authenticate(w, r, q, operation) {
+		return nil, q, false
+	}
+	u, ok := h.user(w, q.Username)
+	return u, q, ok
 }
 
-// authenticate accepts a request when no access token is configured, when
-// X-Access-Token carries it (a wrong header fails even with a good
-// signature), or when the URL's signature is valid and not expired.
-func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, operation string) bool {
-	token := h.settings.AccessToken()
-	if token == "" {
+// authenticate accepts a request that carries the access token in
+// X-Access-Token (a wrong header fails even with a good signature), or,
+// without the header, one whose URL signature for operation is valid and
+// not expired. With no token set nothing is accepted, unless envd is open
+// (settings.Open): a signature keyed by an empty token is anyone's to make.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, q fileQuery, operation string) bool {
+	if h.settings.Open() {
 		return true
 	}
-	q := r.URL.Query()
 	if got := r.Header.Get("X-Access-Token"); got != "" {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if !h.settings.TokenMatches(got) {
 			writeError(w, http.StatusUnauthorized, "invalid access token")
 			return false
 		}
 		return true
 	}
-	if err := h.checkSignature(q.Get("path"), operation, q.Get("username"), token, q.Get("signature"), q.Get("signature_expiration")); err != nil {
+	token := h.settings.AccessToken()
+	if token == "" {
+		writeError(w, http.StatusUnauthorized, "envd has no access token yet")
+		return false
+	}
+	if err := q.verify(operation, token, h.now()); err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return false
 	}
 	return true
+}
+
+// authenticateToken accepts only the access token in X-Access-Token (or
+// any request while envd is open). /files/compose uses it: its body names
+// any number of paths and a user, which a signature over one path cannot
+// bind, so a signed URL for one file must never unlock it.
+func (h *Handler) authenticateToken(w http.ResponseWriter, r *http.Request) bool {
+	if h.settings.Open() || h.settings.TokenMatches(r.Header.Get("X-Access-Token")) {
+		return true
+	}
+	writeError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token")
+	return false
 }
 
 // user resolves name, or the default user when name is empty. An unknown
@@ -99,28 +121,6 @@ func (h *Handler) user(w http.ResponseWriter, name string) (*users.User, bool) {
 		return nil, false
 	}
 	return u, true
-}
-
-func (h *Handler) checkSignature(path, operation, username, token, signature, expiration string) error {
-	if signature == "" {
-		return errors.New("missing access token or signature")
-	}
-	var exp *int64
-	if expiration != "" {
-		v, err := strconv.ParseInt(expiration, 10, 64)
-		if err != nil {
-			return errors.New("invalid signature_expiration")
-		}
-		if v < h.now().Unix() {
-			return errors.New("signature has expired")
-		}
-		exp = &v
-	}
-	want := Signature(path, operation, username, token, exp)
-	if subtle.ConstantTimeCompare([]byte(want), []byte(signature)) != 1 {
-		return errors.New("invalid signature")
-	}
-	return nil
 }
 
 // entry is one element of an upload's response.

@@ -41,9 +41,22 @@ func TestSignatureVectors(t *testing.T) {
 	}
 }
 
+// openSettings are the settings of an envd without a token that runs with
+// --insecure-no-token, which most tests here use.
+func openSettings() *settings.Settings {
+	s := settings.New("root", "", "")
+	s.AllowNoToken()
+	return s
+}
+
+// newServer serves /files with token, or open (no token needed) when
+// token is "".
 func newServer(t *testing.T, token string) (*httptest.Server, *settings.Settings) {
 	t.Helper()
 	s := settings.New("root", "", token)
+	if token == "" {
+		s.AllowNoToken()
+	}
 	h := NewHandler(s)
 	mux := http.NewServeMux()
 	mux.Handle("/files", h)
@@ -333,8 +346,7 @@ func TestLargeRoundTrip(t *testing.T) {
 }
 
 func benchServer(b *testing.B) (*httptest.Server, string) {
-	s := settings.New("root", "", "")
-	srv := httptest.NewServer(NewHandler(s))
+	srv := httptest.NewServer(NewHandler(openSettings()))
 	b.Cleanup(srv.Close)
 	return srv, filepath.Join(b.TempDir(), "bench.bin")
 }

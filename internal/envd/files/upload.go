@@ -41,7 +41,7 @@ func writeFailure(w http.ResponseWriter, err error) {
 // per file (the part's filename is its destination), or one raw file
 // (application/octet-stream, optionally gzip-encoded) at ?path=.
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	u, ok := h.authorize(w, r, "write")
+	u, q, ok := h.authorize(w, r, "write")
 	if !ok {
 		return
 	}
@@ -50,7 +50,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, err)
 		return
 	}
-	queryPath := r.URL.Query().Get("path")
+	queryPath := q.Path
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid Content-Type: "+err.Error())

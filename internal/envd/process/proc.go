@@ -24,7 +24,8 @@ import (
 const drainGrace = 250 * time.Millisecond
 
 // proc is one process started through Start: its output is fanned out to
-// every attached stream (the Start stream and any Connect streams).
+// every attached stream (the Start stream and any Connect streams). The
+// process never waits for a stream: see maxLag.
 type proc struct {
 	pid    uint32
 	tag    *string
@@ -43,19 +44,80 @@ type proc struct {
 	timedOut atomic.Bool // killed because its Connect-Timeout-Ms elapsed
 }
 
-// subscriber receives the events of one proc in order. A slow subscriber
-// slows the readers down (like a pipe would); a gone one is skipped.
+// maxLag bounds the output bytes a subscriber may have queued: a client
+// that falls further behind the process is dropped (its stream ends with
+// resource_exhausted) rather than slowing the process or its other
+// clients. Every chunk is shared by all subscribers, so the memory all
+// queues hold together stays near maxLag too. A variable for tests.
+var maxLag = 32 << 20
+
+// subscriber receives the events of one proc in order through an
+// unbounded-looking but maxLag-bounded queue: pushing never blocks, so
+// the pumps keep draining the process's pipes whatever the clients do.
 type subscriber struct {
-	events chan *pb.ProcessEvent
-	gone   chan struct{}
+	mu     sync.Mutex
+	queue  []*pb.ProcessEvent
+	queued int  // output bytes in queue
+	lagged bool // fell more than maxLag behind and was dropped
+	// ready has a value whenever the queue may have gained an event or
+	// lagged was set since the subscriber last looked.
+	ready chan struct{}
+}
+
+func newSubscriber() *subscriber {
+	return &subscriber{ready: make(chan struct{}, 1)}
+}
+
+// push queues ev, which carries size bytes of output; the end event is
+// always queued. It reports false, and empties the queue, when the
+// subscriber would lag more than maxLag behind.
+func (s *subscriber) push(ev *pb.ProcessEvent, size int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lagged {
+		return false
+	}
+	if size > 0 && s.queued+size > maxLag {
+		s.lagged = true
+		s.queue, s.queued = nil, 0
+	} else {
+		s.queue = append(s.queue, ev)
+		s.queued += size
+	}
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+	return !s.lagged
+}
+
+// next pops the oldest queued event; ok is false when the queue is empty.
+// lagged reports that the subscriber was dropped: no more events come.
+func (s *subscriber) next() (ev *pb.ProcessEvent, ok, lagged bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lagged || len(s.queue) == 0 {
+		return nil, false, s.lagged
+	}
+	ev = s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	s.queued -= outputSize(ev)
+	return ev, true, false
+}
+
+// outputSize is what an event counts against maxLag: its output bytes.
+func outputSize(ev *pb.ProcessEvent) int {
+	d := ev.GetData()
+	return len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty())
 }
 
 func (p *proc) subscribe() *subscriber {
-	s := &subscriber{events: make(chan *pb.ProcessEvent, 64), gone: make(chan struct{})}
+	s := newSubscriber()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.end != nil {
-		s.events <- p.end
+		s.push(p.end, 0)
 		return s
 	}
 	p.subs[s] = struct{}{}
@@ -66,21 +128,18 @@ func (p *proc) unsubscribe(s *subscriber) {
 	p.mu.Lock()
 	delete(p.subs, s)
 	p.mu.Unlock()
-	close(s.gone)
 }
 
-// broadcast delivers ev to every subscriber attached now.
+// broadcast queues ev for every subscriber attached now and drops those
+// that fell too far behind. It never blocks on a subscriber; holding the
+// lock across the pushes keeps stdout and stderr in one order for all.
 func (p *proc) broadcast(ev *pb.ProcessEvent) {
+	size := outputSize(ev)
 	p.mu.Lock()
-	subs := make([]*subscriber, 0, len(p.subs))
+	defer p.mu.Unlock()
 	for s := range p.subs {
-		subs = append(subs, s)
-	}
-	p.mu.Unlock()
-	for _, s := range subs {
-		select {
-		case s.events <- ev:
-		case <-s.gone:
+		if !s.push(ev, size) {
+			delete(p.subs, s)
 		}
 	}
 }

@@ -165,15 +165,25 @@ func follow(ctx context.Context, p *proc, sub *subscriber, keepalive time.Durati
 	defer ticker.Stop()
 	for {
 		select {
-		case ev := <-sub.events:
-			if _, isEnd := ev.Event.(*pb.ProcessEvent_End); isEnd && p.timedOut.Load() {
-				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("process killed: its timeout elapsed"))
-			}
-			if err := send(ev); err != nil {
-				return err
-			}
-			if _, isEnd := ev.Event.(*pb.ProcessEvent_End); isEnd {
-				return nil
+		case <-sub.ready:
+			for {
+				ev, ok, lagged := sub.next()
+				if lagged {
+					return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+						"this stream fell more than %d MiB behind the process's output and was cut off; the process keeps running (attach again with Connect)", maxLag>>20))
+				}
+				if !ok {
+					break
+				}
+				if _, isEnd := ev.Event.(*pb.ProcessEvent_End); isEnd && p.timedOut.Load() {
+					return connect.NewError(connect.CodeDeadlineExceeded, errors.New("process killed: its timeout elapsed"))
+				}
+				if err := send(ev); err != nil {
+					return err
+				}
+				if _, isEnd := ev.Event.(*pb.ProcessEvent_End); isEnd {
+					return nil
+				}
 			}
 			ticker.Reset(keepalive)
 		case <-ticker.C:

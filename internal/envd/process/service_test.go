@@ -34,6 +34,13 @@ var (
 // client that speaks the JSON codec, as the E2B SDK does.
 func newTestService(t testing.TB, defaultUser string) (*Service, processconnect.ProcessClient) {
 	t.Helper()
+	svc, srv := newTestServer(t, defaultUser)
+	return svc, processconnect.NewProcessClient(srv.Client(), srv.URL, connect.WithProtoJSON())
+}
+
+// newTestServer serves a process service over loopback.
+func newTestServer(t testing.TB, defaultUser string) (*Service, *httptest.Server) {
+	t.Helper()
 	reaperOnce.Do(func() {
 		r, err := reaper.Start()
 		if err != nil {
@@ -47,7 +54,7 @@ func newTestService(t testing.TB, defaultUser string) (*Service, processconnect.
 	mux.Handle(path, h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return svc, processconnect.NewProcessClient(srv.Client(), srv.URL, connect.WithProtoJSON())
+	return svc, srv
 }
 
 func basicAuth(user string) string {

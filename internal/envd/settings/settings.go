@@ -7,6 +7,7 @@
 package settings
 
 import (
+	"crypto/subtle"
 	"maps"
 	"sync"
 )
@@ -15,6 +16,7 @@ import (
 type Settings struct {
 	mu          sync.RWMutex
 	accessToken string
+	insecure    bool // AllowNoToken was called
 	user        string
 	workdir     string
 	envVars     map[string]string
@@ -26,11 +28,40 @@ func New(user, workdir, accessToken string) *Settings {
 	return &Settings{user: user, workdir: workdir, accessToken: accessToken, envVars: map[string]string{}}
 }
 
-// AccessToken is the token every protected request must carry; "" disables auth.
+// AccessToken is the token every protected request must carry; "" means
+// none is set yet (see Open).
 func (s *Settings) AccessToken() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.accessToken
+}
+
+// AllowNoToken makes envd serve requests without a token while none is set
+// (envd's --insecure-no-token, for a development envd on a trusted host).
+// Without it, an envd with no token refuses everything but GET /health:
+// anything else could be reached by any process in the sandbox or any
+// neighbour on its network before the platform has set a token.
+func (s *Settings) AllowNoToken() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insecure = true
+}
+
+// Open reports whether requests need no token: none is set and
+// AllowNoToken was called.
+func (s *Settings) Open() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.accessToken == "" && s.insecure
+}
+
+// TokenMatches reports whether got is the access token, compared in
+// constant time. It is false for every got while no token is set, so an
+// empty token never matches an empty header (and never keys a signature).
+func (s *Settings) TokenMatches(got string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.accessToken != "" && subtle.ConstantTimeCompare([]byte(s.accessToken), []byte(got)) == 1
 }
 
 // DefaultUser is the user requests run as when they name none.

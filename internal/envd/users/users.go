@@ -92,23 +92,39 @@ func Resolve(name, defaultUser string) (*User, error) {
 
 // ResolvePath turns a path from a request into an absolute, cleaned path:
 // "~" and "~/x" expand to the user's home, relative paths are taken relative
-// to the home directory, and "" becomes workdir (or the home when workdir is "").
+// to the home directory, and "" becomes workdir (or the home when workdir is
+// ""; a relative workdir is taken relative to the home too). Whatever p,
+// workdir and the account's home directory hold, the result is absolute
+// and clean: callers compare it and hand it to the kernel as it is.
 func (u *User) ResolvePath(p, workdir string) string {
+	home := u.home()
 	switch {
 	case p == "":
-		if workdir != "" {
-			return filepath.Clean(workdir)
+		if workdir == "" {
+			return home
 		}
-		return u.Home
+		return under(home, workdir)
 	case p == "~":
-		return u.Home
+		return home
 	case strings.HasPrefix(p, "~/"):
-		return filepath.Join(u.Home, p[2:])
-	case filepath.IsAbs(p):
-		return filepath.Clean(p)
+		return filepath.Join(home, p[2:])
 	default:
-		return filepath.Join(u.Home, p)
+		return under(home, p)
 	}
+}
+
+// home is the user's home directory, absolute and clean even when
+// /etc/passwd says otherwise (an empty or relative home counts from /).
+func (u *User) home() string {
+	return filepath.Join("/", u.Home)
+}
+
+// under resolves p against the absolute directory base.
+func under(base, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(base, p)
 }
 
 // MkdirAll creates dir and any missing parents; every directory it creates

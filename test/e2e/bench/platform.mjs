@@ -51,7 +51,7 @@ await withWarren({ poolSize: 2 }, async (w, conn) => {
     'p50 ≤ 25 ms')
 })
 
-await withWarren({ poolSize: 2, extraArgs: ['--runtime', 'runc'] }, async (w, conn) => {
+await withWarren({ poolSize: 2, extraArgs: ['--runtime', 'runc', '--insecure-runtime'] }, async (w, conn) => {
   await sleep(2000)
   table.latency('create → first command, warm pool (runc)',
     await measure(async () => { const ms = await createToCommand(conn); await sleep(300); return ms }, { n: 30, warmup: 2, sample: true, budgetMs: 120_000 }),

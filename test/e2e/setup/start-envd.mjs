@@ -9,8 +9,11 @@ export const envdBinary = path.join(repo, 'bin', 'envd')
 // startEnvd runs a real envd with the default user `user` and waits until
 // GET /health answers 204. The default port is 49983 on both loopback
 // families, where the SDK in debug mode connects (Node may resolve
-// "localhost" to either). A token puts envd in access-token mode.
-export async function startEnvd({ port = 49983, token, user = 'user', timeoutMs = 10_000 } = {}) {
+// "localhost" to either). A token puts envd in access-token mode; without
+// one it runs with --insecure-no-token (the SDK's debug mode sends none),
+// which only a development envd on loopback may do, unless insecure is
+// false: then it refuses everything but /health, as a real one does.
+export async function startEnvd({ port = 49983, token, user = 'user', insecure = true, timeoutMs = 10_000 } = {}) {
   if (!existsSync(envdBinary)) {
     throw new Error(`${envdBinary} is missing: run \`make build\` first`)
   }
@@ -24,7 +27,9 @@ export async function startEnvd({ port = 49983, token, user = 'user', timeoutMs 
   const env = { ...process.env }
   delete env.WARREN_ENVD_ACCESS_TOKEN
   if (token) env.WARREN_ENVD_ACCESS_TOKEN = token
-  const proc = spawn(envdBinary, ['--addr', addrs, '--user', user], {
+  const args = ['--addr', addrs, '--user', user]
+  if (!token && insecure) args.push('--insecure-no-token')
+  const proc = spawn(envdBinary, args, {
     env,
     // envd logs every process it runs: only show that when asked to.
     stdio: ['ignore', 'inherit', process.env.WARREN_E2E_VERBOSE ? 'inherit' : 'ignore'],

@@ -98,3 +98,33 @@ describe('signed URLs', () => {
     await sbx.files.remove('/tmp/e2e-token.txt')
   })
 })
+
+describe('envd without a token', () => {
+  test('refuses every SDK call with AuthenticationError until it has one; /health stays open', async () => {
+    const bare = await startEnvd({ port: 49985, insecure: false })
+    try {
+      const other = new Sandbox({ sandboxId: 'e2enotoken', envdVersion: '0.6.4', sandboxUrl: bare.url, debug: false })
+      await expect(other.commands.run('true')).rejects.toBeInstanceOf(AuthenticationError)
+      await expect(other.files.list('/tmp')).rejects.toBeInstanceOf(AuthenticationError)
+      await expect(other.files.write('/tmp/e2e-notoken.txt', 'x')).rejects.toBeInstanceOf(AuthenticationError)
+      expect(await other.isRunning()).toBe(true)
+      const init = await fetch(`${bare.url}/init`, { method: 'POST', body: JSON.stringify({ accessToken: 'mine' }) })
+      expect(init.status).toBe(401)
+      expect(await init.json()).toMatchObject({ code: 401 })
+    } finally {
+      await bare.stop()
+    }
+  })
+
+  test('a signed upload URL does not unlock /files/compose', async () => {
+    await sbx.files.write('/tmp/e2e-compose-victim.txt', 'victim')
+    const up = new URL(await sbx.uploadUrl('/tmp/e2e-compose-upload.txt', { user: 'root' }))
+    up.pathname = '/files/compose'
+    const body = JSON.stringify({ source_paths: ['/tmp/e2e-compose-victim.txt'], destination: '/tmp/e2e-compose-stolen.txt', username: 'root' })
+    const res = await fetch(up, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body })
+    expect(res.status).toBe(401)
+    expect(await sbx.files.read('/tmp/e2e-compose-victim.txt')).toBe('victim')
+    expect(await sbx.files.exists('/tmp/e2e-compose-stolen.txt')).toBe(false)
+    await sbx.files.remove('/tmp/e2e-compose-victim.txt')
+  })
+})
