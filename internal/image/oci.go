@@ -595,11 +595,16 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 	return id, nil
 }
 
-// removeStaleOCITemps removes layers/.tmp-oci-* dirs that no unpack holds
-// locked: ones a crash or kill left behind. A dir younger than a minute is
-// spared too, as its unpack may not have taken the lock yet.
-func (s *Store) removeStaleOCITemps() error {
-	tmps, _ := filepath.Glob(filepath.Join(s.dir, "layers", ociTempPrefix+"*"))
+// removeStaleTemps removes layers/.tmp-oci-* and layers/.tmp-commit-*
+// dirs that no unpack or commit holds locked: ones a crash or kill left
+// behind. A dir younger than a minute is spared too, as its unpack may not
+// have taken the lock yet.
+func (s *Store) removeStaleTemps() error {
+	var tmps []string
+	for _, prefix := range []string{ociTempPrefix, commitTempPrefix} {
+		m, _ := filepath.Glob(filepath.Join(s.dir, "layers", prefix+"*"))
+		tmps = append(tmps, m...)
+	}
 	var errs []error
 	for _, t := range tmps {
 		fi, err := os.Lstat(t)
