@@ -31,6 +31,7 @@ type serveFlags struct {
 	networkCIDR, networkPrefix, nodeName          string
 	registryMirror                                string
 	maxSandboxes, maxPerTeam, poolSize, builds    int
+	buildDiskMB                                   int
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -53,6 +54,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept ready for the base template; 0: none")
 	fs.StringVar(&f.registryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.builds, "build-concurrency", 2, "template builds that run at once; more wait")
+	fs.IntVar(&f.buildDiskMB, "build-disk-mb", build.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -126,7 +128,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	builder, err := build.New(build.Config{
 		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
-		RegistryMirror: f.registryMirror, Logger: log,
+		RegistryMirror: f.registryMirror, BuildDiskMB: f.buildDiskMB, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -66,6 +66,9 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
+// DefaultBuildDiskMB is Config.BuildDiskMB's default: 10 GiB.
+const DefaultBuildDiskMB = 10240
+
 // EnvdVersion is what builds report as their sandboxes' envd version.
 const EnvdVersion = "0.6.4"
 
@@ -88,7 +91,12 @@ type Config struct {
 	// Defaults of a template that names no resources: 2 CPUs, 512 MB.
 	CPUCount int
 	MemoryMB int
-	Logger   *slog.Logger
+	// BuildDiskMB bounds the writable layer of each build sandbox (what
+	// one step or the start command may write): past it, writes fail with
+	// ENOSPC inside the sandbox and the data dir is safe. Default
+	// DefaultBuildDiskMB.
+	BuildDiskMB int
+	Logger      *slog.Logger
 }
 
 // Builder keeps templates and runs their builds. Its methods are safe for
@@ -117,6 +125,9 @@ func New(cfg Config) (*Builder, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 2
+	}
+	if cfg.BuildDiskMB <= 0 {
+		cfg.BuildDiskMB = DefaultBuildDiskMB
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 30 * time.Minute

@@ -259,8 +259,8 @@ func (n *Node) release(ctx context.Context, sb *Sandbox) error {
 }
 
 // Commit stops the sandbox, keeps what it wrote to its root filesystem as
-// layer layerID, and releases everything else. The sandbox must have been
-// created with DiskSizeMB 0. Whatever fails, the sandbox is gone after.
+// layer layerID (a copy of its writable layer, see image.Rootfs.Commit),
+// and releases everything else. Whatever fails, the sandbox is gone after.
 func (n *Node) Commit(ctx context.Context, sb *Sandbox, layerID string) error {
 	c, ok := sb.Rootfs.(Committer)
 	if !ok {
