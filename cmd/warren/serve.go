@@ -73,6 +73,12 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	defer proxyLn.Close()
 
+	// Before anything is written there.
+	if changed, err := setup.SecureDataDir(f.dataDir); err != nil {
+		return err
+	} else if changed != "" {
+		log.Warn("data dir secured: other local users could reach tenants' files below it", "dir", f.dataDir, "changed", changed)
+	}
 	st, err := openStore(ctx, f.dataDir, f.storeURL)
 	if err != nil {
 		return err

@@ -101,13 +101,15 @@ type Store struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// Open returns the store in dataDir, creating its directories.
+// Open returns the store in dataDir, creating its directories. What it
+// creates is for root only (0700), the data dir too if it is missing:
+// layers hold tenants' setuid programs, sandboxes their files.
 func Open(dataDir string) (*Store, error) {
 	if !filepath.IsAbs(dataDir) {
 		return nil, fmt.Errorf("image: data dir %q is not absolute", dataDir)
 	}
 	for _, d := range []string{"layers", "templates", "disks", "sandboxes", "snapshots"} {
-		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}

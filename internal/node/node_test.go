@@ -197,6 +197,13 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 			if code != 0 || out != "user\n/home/user\n42\n2\nsudo-ok\n" {
 				t.Errorf("basics: code %d out %q", code, out)
 			}
+			// A setuid program the sandbox made lives on its disk, which
+			// the host mounts nosuid: the sandbox's own view must still
+			// honour it.
+			out, code = sh(t, a, tokA, "", "sudo install -m 4755 /usr/bin/sudo /usr/local/bin/sudo2 && /usr/local/bin/sudo2 -n id -u", 30*time.Second)
+			if code != 0 || out != "0\n" {
+				t.Errorf("setuid program in the writable layer: code %d out %q", code, out)
+			}
 
 			// Host processes are invisible: the sandbox sees only its own.
 			out, _ = sh(t, a, tokA, "root", "ps -e -o comm= | sort -u | tr '\\n' ' '", 10*time.Second)
