@@ -42,6 +42,7 @@ type serveFlags struct {
 	maxUploadMB                                   int
 	insecureRegistries                            registryList
 	insecureRuntime                               bool
+	buildDiskMB                                   int
 }
 
 // registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
@@ -87,6 +88,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
 	fs.IntVar(&f.maxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
 	fs.Var(&f.insecureRegistries, "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
+	fs.IntVar(&f.buildDiskMB, "build-disk-mb", build.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -108,6 +110,12 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	defer proxyLn.Close()
 
+	// Before anything is written there.
+	if changed, err := setup.SecureDataDir(f.dataDir); err != nil {
+		return err
+	} else if changed != "" {
+		log.Warn("data dir secured: other local users could reach tenants' files below it", "dir", f.dataDir, "changed", changed)
+	}
 	st, err := openStore(ctx, f.dataDir, f.storeURL)
 	if err != nil {
 		return err
@@ -178,7 +186,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	builder, err := build.New(build.Config{
 		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
 		RegistryMirror: f.registryMirror, InsecureRegistries: f.insecureRegistries,
-		MaxUploadBytes: int64(f.maxUploadMB) << 20, Logger: log,
+		MaxUploadBytes: int64(f.maxUploadMB) << 20, BuildDiskMB: f.buildDiskMB, Logger: log,
 	})
 	if err != nil {
 		return err

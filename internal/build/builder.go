@@ -68,6 +68,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 )
 
+// DefaultBuildDiskMB is Config.BuildDiskMB's default: 10 GiB.
+const DefaultBuildDiskMB = 10240
+
 // EnvdVersion is what builds report as their sandboxes' envd version.
 const EnvdVersion = "0.6.4"
 
@@ -102,7 +105,12 @@ type Config struct {
 	// Defaults of a template that names no resources: 2 CPUs, 512 MB.
 	CPUCount int
 	MemoryMB int
-	Logger   *slog.Logger
+	// BuildDiskMB bounds the writable layer of each build sandbox (what
+	// one step or the start command may write): past it, writes fail with
+	// ENOSPC inside the sandbox and the data dir is safe. Default
+	// DefaultBuildDiskMB.
+	BuildDiskMB int
+	Logger      *slog.Logger
 }
 
 // Builder keeps templates and runs their builds. Its methods are safe for
@@ -134,6 +142,9 @@ func New(cfg Config) (*Builder, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 2
+	}
+	if cfg.BuildDiskMB <= 0 {
+		cfg.BuildDiskMB = DefaultBuildDiskMB
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 30 * time.Minute

@@ -307,6 +307,49 @@ func TestBuildStepsCacheAndFailure(t *testing.T) {
 	e.assertNothingLeft()
 }
 
+// TestBuildStepFillingItsDisk: a RUN step that writes past the build
+// sandboxes' disk gets ENOSPC (in its log), the build fails at that step,
+// and neither the data dir's file system nor a mount, loop device or
+// half-made layer is left.
+func TestBuildStepFillingItsDisk(t *testing.T) {
+	e := newEnv(t, newStore(t), func(c *Config) { c.BuildDiskMB = 64 })
+	c, st := e.build("filler", Spec{FromTemplate: "base", Steps: []Step{
+		{Type: "RUN", Args: []string{"dd if=/dev/zero of=/big bs=1M count=128", "root"}},
+	}})
+	if st.Build.Status != store.BuildError || st.Build.ReasonStep != "1" {
+		t.Errorf("build: %+v, want an error at step 1", st.Build)
+	}
+	if msgs := e.messages(c.BuildID); !strings.Contains(msgs, "No space left on device") {
+		t.Errorf("no ENOSPC in the log:\n%s", msgs)
+	}
+	e.assertNothingLeft()
+	if loops := loopsBackedBy(e.dataDir); len(loops) > 0 {
+		t.Errorf("loop devices left: %v", loops)
+	}
+	ents, _ := os.ReadDir(filepath.Join(e.dataDir, "layers"))
+	if len(ents) != 1 || ents[0].Name() != baseLayer {
+		t.Errorf("layers: %v, want only the base", ents)
+	}
+}
+
+// loopsBackedBy lists loop devices whose backing file is below dir. The
+// kernel detaches an auto-clearing one as its file system goes: allow it
+// a moment.
+func loopsBackedBy(dir string) []string {
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var out []string
+		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(string(b), dir+"/") {
+				out = append(out, f+": "+strings.TrimSpace(string(b)))
+			}
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			return out
+		}
+	}
+}
+
 func TestDeleteCancelsARunningBuild(t *testing.T) {
 	e := newEnv(t, newStore(t))
 	ctx := context.Background()

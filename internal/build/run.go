@@ -592,9 +592,10 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 	return nil
 }
 
-// sandbox starts a build sandbox over layers (IDs). Its writable layer has
-// no size limit so that it can be committed; token is envd's, a fresh
-// one for each sandbox (newToken).
+// sandbox starts a build sandbox over layers (IDs). Its writable layer is
+// limited to Config.BuildDiskMB like any sandbox's (its own ext4 disk),
+// and node.Commit copies it into a layer; token is envd's, a fresh one
+// for each sandbox (newToken).
 func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, user, workdir, token string) (*node.Sandbox, *envdClient, error) {
 	dirs, err := b.cfg.Images.LayerDirs(&image.Template{ID: bd.ID, Layers: layers})
 	if err != nil {
@@ -605,7 +606,7 @@ func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, 
 	}
 	sb, err := b.cfg.Node.Create(ctx, node.CreateRequest{
 		ID: sandbox.NewID(), Layers: dirs, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB,
-		AccessToken: token, User: user, Workdir: workdir,
+		DiskSizeMB: b.cfg.BuildDiskMB, AccessToken: token, User: user, Workdir: workdir,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting a build sandbox: %w", err)

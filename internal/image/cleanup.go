@@ -28,8 +28,8 @@ func Cleanup(dataDir string, known func(sandboxID string) bool) error {
 
 // Cleanup removes what a crashed run left behind: the root filesystems
 // (mounts, loop devices, files) of sandboxes that known does not
-// recognise (nil: none), interrupted layer builds and image layer unpacks
-// (layers/.tmp-oci-*) nobody is running, and half-formatted or outdated
+// recognise (nil: none), interrupted layer builds, image layer unpacks
+// and commits (layers/.tmp-oci-*, layers/.tmp-commit-*) nobody is running, and half-formatted or outdated
 // disk images. Call it before mounting anything.
 func (s *Store) Cleanup(known func(sandboxID string) bool) error {
 	isKnown := func(id string) bool { return known != nil && known(id) }
@@ -45,7 +45,7 @@ func (s *Store) Cleanup(known func(sandboxID string) bool) error {
 	}
 	errs = append(errs, s.clearLoops(isKnown))
 	errs = append(errs, s.removeStaleBuilds())
-	errs = append(errs, s.removeStaleOCITemps())
+	errs = append(errs, s.removeStaleTemps())
 	// A format takes milliseconds, so an old temporary image is a crash's;
 	// an image of another format version will never be used again.
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, "disks", ".tmp-*"))

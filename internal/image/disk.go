@@ -85,34 +85,45 @@ func copySparse(src, dst string) (_ *os.File, err error) {
 			out.Close()
 		}
 	}()
-	if err := out.Truncate(fi.Size()); err != nil {
+	if err := copyExtents(in, out, fi.Size()); err != nil {
 		return nil, err
 	}
-	for off := int64(0); off < fi.Size(); {
+	return out, nil
+}
+
+// copyExtents makes out, an empty file, a copy of in (size bytes) with
+// holes where in has them: only in's data extents are copied (by
+// copy_file_range, through io.Copy), so a sparse file of any apparent
+// size costs only what it holds.
+func copyExtents(in, out *os.File, size int64) error {
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	for off := int64(0); off < size; {
 		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) { // only a hole is left
 			break
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := in.Seek(data, io.SeekStart); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := out.Seek(data, io.SeekStart); err != nil {
-			return nil, err
+			return err
 		}
 		// *os.File to *os.File through a LimitedReader: copy_file_range.
 		if _, err := io.Copy(out, io.LimitReader(in, hole-data)); err != nil {
-			return nil, err
+			return err
 		}
 		off = hole
 	}
-	return out, nil
+	return nil
 }
 
 // attachLoop binds a free loop device to f with autoclear set: the kernel

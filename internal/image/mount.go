@@ -24,6 +24,12 @@ func (r *Rootfs) Dir() string { return r.merged }
 // UpperDir holds what the sandbox wrote.
 func (r *Rootfs) UpperDir() string { return r.upper }
 
+// LogPath is where the sandbox's envd log belongs: beside the upper and
+// work dirs, on the file system of the writable layer, so that with a
+// disk limit the log counts against the sandbox's disk and cannot fill
+// the host's. The sandbox sees only the upper dir, never this file.
+func (r *Rootfs) LogPath() string { return filepath.Join(filepath.Dir(r.upper), "envd.log") }
+
 func (s *Store) sandboxDir(id string) string { return filepath.Join(s.dir, "sandboxes", id) }
 
 // Mount mounts a root filesystem for sandbox id at sandboxes/<id>/rootfs:
@@ -87,6 +93,13 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 		lower[len(layers)-1-i] = l // overlayfs lists the top layer first
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lower, ":"), r.upper, work)
+	// Neither nosuid nor nodev: this mount is the container's root. runc
+	// bind-mounts it as the root, and a bind mount keeps its source's
+	// nosuid, which would break sudo and every setuid program in runc
+	// sandboxes (gVisor applies setuid itself and never opens host
+	// devices). Local users cannot reach it: the data dir is 0700 and the
+	// sandbox dir too; device access inside a runc sandbox is bounded by
+	// its device cgroup.
 	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
 		return nil, fmt.Errorf("image: mounting the overlay for %s: %w", id, err)
 	}
@@ -117,7 +130,10 @@ func (s *Store) mountDisk(ctx context.Context, img, target string, sizeMB int) e
 	// noinit_itable: the kernel would otherwise zero the inode tables in
 	// the background, writing to (and un-sparsing) every sandbox's image.
 	// The group descriptors already mark them unused, so it is not needed.
-	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOATIME, "noinit_itable"); err != nil {
+	// nosuid, nodev: the host never runs or opens the tenant's files here
+	// (the sandbox reaches them through the overlay, whose own mount
+	// decides).
+	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOATIME|unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable"); err != nil {
 		return fmt.Errorf("image: mounting %s: %w", loop.Name(), err)
 	}
 	return nil

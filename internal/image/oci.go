@@ -25,8 +25,13 @@ package image
 // overlay snapshotters do, and it needs root (mknod, trusted.* xattrs,
 // chown), as everything else in this package does.
 //
-// A layer tar is untrusted input. Entry names that are absolute or climb
-// out with ".." are refused, and nothing is ever written through a
+// A layer tar is untrusted input. Device nodes are left out (a sandbox's
+// /dev is a tmpfs of the runtime's, and a block device in a layer under
+// the data dir would give the host's disk to whoever can open it); a
+// character device 0:0 is kept, as it is an overlayfs whiteout. Setuid
+// and setgid bits are kept (sudo needs them): the data dir is 0700, so no
+// other local user can run what a layer holds. Entry names that are
+// absolute or climb out with ".." are refused, and nothing is ever written through a
 // symbolic link: every parent directory of an entry is checked, with
 // lstat, to be a real directory inside the layer before the entry is
 // created, so a tar holding "a -> /etc" and then "a/passwd" fails instead
@@ -56,6 +61,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -577,6 +583,9 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 	if err := w.finish(); err != nil {
 		return "", &layerError{id: id, err: err}
 	}
+	if n := len(w.droppedDevices); n > 0 {
+		step("left out %d device node(s) (a sandbox's /dev is its own), e.g. /%s", n, w.droppedDevices[0])
+	}
 	// The rename below commits the layer, so its files must be on disk
 	// first: after a crash, a layer dir that exists must be whole.
 	if err := unix.Syncfs(lock); err != nil {
@@ -593,11 +602,16 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 	return id, nil
 }
 
-// removeStaleOCITemps removes layers/.tmp-oci-* dirs that no unpack holds
-// locked: ones a crash or kill left behind. A dir younger than a minute is
-// spared too, as its unpack may not have taken the lock yet.
-func (s *Store) removeStaleOCITemps() error {
-	tmps, _ := filepath.Glob(filepath.Join(s.dir, "layers", ociTempPrefix+"*"))
+// removeStaleTemps removes layers/.tmp-oci-* and layers/.tmp-commit-*
+// dirs that no unpack or commit holds locked: ones a crash or kill left
+// behind. A dir younger than a minute is spared too, as its unpack may not
+// have taken the lock yet.
+func (s *Store) removeStaleTemps() error {
+	var tmps []string
+	for _, prefix := range []string{ociTempPrefix, commitTempPrefix} {
+		m, _ := filepath.Glob(filepath.Join(s.dir, "layers", prefix+"*"))
+		tmps = append(tmps, m...)
+	}
 	var errs []error
 	for _, t := range tmps {
 		fi, err := os.Lstat(t)
@@ -640,6 +654,8 @@ type layerWriter struct {
 	// more is created in them.
 	dirs    []*tar.Header
 	rootHdr *tar.Header
+	// droppedDevices are the device nodes left out, by name.
+	droppedDevices []string
 }
 
 // entry writes one entry of the tar; r is its content.
@@ -695,7 +711,10 @@ func (w *layerWriter) entry(hdr *tar.Header, r io.Reader) error {
 		h := *hdr
 		w.dirs = append(w.dirs, &h)
 		return unix.Chmod(p, uint32(hdr.Mode&0o7777))
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeRegA:
+		if isSparse(hdr) {
+			return errors.New("sparse file entries are not supported")
+		}
 		if _, err := w.clear(p, false); err != nil {
 			return err
 		}
@@ -717,8 +736,13 @@ func (w *layerWriter) entry(hdr *tar.Header, r io.Reader) error {
 		if _, err := w.clear(p, false); err != nil {
 			return err
 		}
-		mode := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
-		if err := unix.Mknod(p, mode|0o600, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
+		if hdr.Typeflag != tar.TypeFifo && !(hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0) {
+			// A device node: left out (see the comment at the top).
+			w.droppedDevices = append(w.droppedDevices, rel)
+			return nil
+		}
+		mode := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
+		if err := unix.Mknod(p, mode|0o600, 0); err != nil {
 			return err
 		}
 		if err := w.owner(p, hdr); err != nil {
@@ -732,6 +756,20 @@ func (w *layerWriter) entry(hdr *tar.Header, r io.Reader) error {
 	default:
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
+}
+
+// isSparse tells whether hdr is a regular file in one of GNU tar's sparse
+// formats (PAX 0.x and 1.0; the old GNU format has its own type, which
+// entry refuses as unknown). archive/tar reads a sparse file's holes back
+// as zeros, and a header of a few bytes can declare any size: a tiny layer
+// would write terabytes. Container tools do not write them.
+func isSparse(hdr *tar.Header) bool {
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // entryPath is an entry's name relative to the layer's root, "." for the
@@ -838,6 +876,10 @@ func (w *layerWriter) hardlink(p, parent string, hdr *tar.Header) error {
 	}
 	if target == "." {
 		return errors.New("hard link to the layer's root")
+	}
+	if slices.Contains(w.droppedDevices, target) {
+		w.droppedDevices = append(w.droppedDevices, strings.TrimPrefix(p, w.root+"/"))
+		return nil // a link to a device node that was left out
 	}
 	tp := filepath.Join(w.root, target)
 	if tp == p {

@@ -8,6 +8,8 @@
 //	                              by the next build or by Cleanup
 //	layers/oci-<diffID>/          an OCI image's layer, unpacked (oci.go)
 //	layers/.tmp-oci-*/            one being unpacked; removed by Cleanup
+//	layers/.tmp-commit-*/         a sandbox's writes being committed as a
+//	                              layer (commit.go); removed by Cleanup
 //	layers/step-<key>/            a template build step's layer (internal/
 //	                              build): what the step wrote, committed
 //	                              from its sandbox's writable layer
@@ -26,6 +28,8 @@
 //	  disk.img                    its sparse ext4 image of diskSizeMB
 //	  disk/upper, disk/work       the overlay's writable layer, on that image
 //	                              (upper/, work/ directly when no limit)
+//	  disk/envd.log               envd's output (Rootfs.LogPath), bounded by
+//	                              the same disk (envd.log without a limit)
 //	  rootfs/                     the overlay mount: the container's root
 //
 // Lifecycle. A layer is built under layers/.build-<templateID> and renamed
@@ -52,6 +56,37 @@
 // ENOSPC inside the sandbox and cannot fill the host's disk, and only what
 // is written takes host space. The host root is ext4 without project
 // quotas, so a quota on a plain directory is not an option.
+//
+// The data directory is root's, mode 0700 (internal/setup), and what Open
+// creates is 0700: layers hold tenants' setuid programs, and no other
+// local user may reach them.
+//
+// Tenant trees on the host. Root filesystems, layers and upper dirs are
+// written by tenants, so every host access to a path inside one resolves
+// it inside that tree or does not follow links at all:
+//
+//   - /etc/hosts and the runtime's mount points (/opt/warren/envd,
+//     /etc/resolv.conf) are written by internal/node through
+//     internal/rootpath (openat2 RESOLVE_IN_ROOT; links at those names are
+//     replaced, never followed). The runtimes resolve mount destinations
+//     inside the root themselves (runc within the rootfs, refusing /proc;
+//     runsc in the sentry's own file system).
+//   - runsc's /tmp bind (internal/runtime) lstats <rootfs>/tmp, a direct
+//     child of the root, before the sandbox runs: a link there is not
+//     followed and nothing can swap it meanwhile.
+//   - OCI layers are unpacked into a private 0700 directory whose every
+//     parent component is lstat-checked before an entry is made (oci.go);
+//     Commit copies an upper dir with directory file descriptors and
+//     O_NOFOLLOW only, after the container is gone (commit.go).
+//   - Unmount, Cleanup and RemoveSnapshot unmount whatever is below a
+//     tree, then remove it with os.RemoveAll, which works with unlinkat
+//     and O_NOFOLLOW relative to directory descriptors: never through a
+//     tenant's link.
+//   - envd's log is beside the upper dir, not in it: the sandbox cannot
+//     reach it. Uploads for COPY steps are plain files under uploads/,
+//     named by validated IDs, and are unpacked by envd inside the build
+//     sandbox, never on the host. Checkpoint images (snapshots/) are
+//     written by runsc. The base layer is debootstrap's, not a tenant's.
 //
 // Cost, measured on the project's 2-vCPU machine (BenchmarkMountOverlay,
 // BenchmarkDiskImage, BenchmarkUnmountDirty): running mkfs.ext4 per
@@ -106,13 +141,15 @@ type Store struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// Open returns the store in dataDir, creating its directories.
+// Open returns the store in dataDir, creating its directories. What it
+// creates is for root only (0700), the data dir too if it is missing:
+// layers hold tenants' setuid programs, sandboxes their files.
 func Open(dataDir string) (*Store, error) {
 	if !filepath.IsAbs(dataDir) {
 		return nil, fmt.Errorf("image: data dir %q is not absolute", dataDir)
 	}
 	for _, d := range []string{"layers", "templates", "disks", "sandboxes", "snapshots"} {
-		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}

@@ -21,12 +21,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
@@ -39,6 +38,10 @@ type Rootfs interface {
 	Dir() string
 	// Unmount removes the mount and everything created for it.
 	Unmount() error
+	// LogPath is the host file for envd's output: on the file system of
+	// the writable layer, so that the sandbox's disk limit bounds it too.
+	// The sandbox cannot reach it through its root filesystem.
+	LogPath() string
 }
 
 // Committer is a Rootfs whose writes can be kept as a read-only layer.
@@ -120,6 +123,9 @@ type Sandbox struct {
 	ID     string
 	Slot   *network.Slot
 	Rootfs Rootfs
+	// LogPath is the host file envd's stdout and stderr go to (see
+	// Rootfs.LogPath); it is gone once the sandbox is deleted.
+	LogPath string
 }
 
 // EnvdURL is the base URL of the sandbox's envd, reachable from the host.
@@ -168,10 +174,9 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Sandbox, _ ru
 	if sb.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
-	// The hostname must resolve, or tools such as sudo complain on every call.
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", req.ID)
-	if err := os.WriteFile(filepath.Join(sb.Rootfs.Dir(), "etc", "hosts"), []byte(hosts), 0o644); err != nil {
-		return nil, runtime.Spec{}, fmt.Errorf("node: writing /etc/hosts for %s: %w", req.ID, err)
+	sb.LogPath = sb.Rootfs.LogPath()
+	if err := n.writeRootFiles(sb.Rootfs.Dir(), req.ID); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}
 	if req.User != "" {
@@ -188,9 +193,43 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Sandbox, _ ru
 		AccessToken: req.AccessToken,
 		NetNSPath:   sb.Slot.NetNSPath,
 		ResolvConf:  n.cfg.ResolvConf,
+		LogPath:     sb.LogPath,
 		CPUCount:    req.CPUCount,
 		MemoryMB:    req.MemoryMB,
 	}, nil
+}
+
+// writeRootFiles writes what the node puts into a sandbox's root
+// filesystem before it starts: /etc/hosts, and the files the runtime
+// bind-mounts over. The root filesystem is the tenant's (a template may
+// have made /etc/hosts a link to any host path), so every path is
+// resolved inside it (rootpath) and links at these names are replaced by
+// regular files in the sandbox's own writable layer, never followed.
+func (n *Node) writeRootFiles(dir, id string) error {
+	root, err := rootpath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	// The hostname must resolve, or tools such as sudo complain on every call.
+	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", id)
+	if err := root.WriteFile("/etc/hosts", []byte(hosts), 0o644); err != nil {
+		return fmt.Errorf("writing /etc/hosts: %w", err)
+	}
+	// The runtimes resolve mount destinations inside the root too, but
+	// a link there would still put the mount somewhere else than its
+	// name says (over the sandbox's own /etc/passwd, say): make the
+	// destinations plain files.
+	mountpoints := []string{runtime.EnvdMountPath}
+	if n.cfg.ResolvConf != "" {
+		mountpoints = append(mountpoints, "/etc/resolv.conf")
+	}
+	for _, m := range mountpoints {
+		if err := root.EnsureFile(m, 0o644); err != nil {
+			return fmt.Errorf("preparing the mount point %s: %w", m, err)
+		}
+	}
+	return nil
 }
 
 // Delete stops the sandbox and releases everything it used. It tries every
@@ -222,8 +261,8 @@ func (n *Node) release(ctx context.Context, sb *Sandbox) error {
 }
 
 // Commit stops the sandbox, keeps what it wrote to its root filesystem as
-// layer layerID, and releases everything else. The sandbox must have been
-// created with DiskSizeMB 0. Whatever fails, the sandbox is gone after.
+// layer layerID (a copy of its writable layer, see image.Rootfs.Commit),
+// and releases everything else. Whatever fails, the sandbox is gone after.
 func (n *Node) Commit(ctx context.Context, sb *Sandbox, layerID string) error {
 	c, ok := sb.Rootfs.(Committer)
 	if !ok {
@@ -258,6 +297,7 @@ func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Sandbox, error)
 	if sb.Rootfs, ok = n.cfg.Rootfs.Adopt(id); !ok {
 		return nil, fmt.Errorf("node: sandbox %s has no root filesystem", id)
 	}
+	sb.LogPath = sb.Rootfs.LogPath()
 	if sb.Slot, ok = n.cfg.Network.Adopt(slotName); !ok {
 		return nil, fmt.Errorf("node: sandbox %s: network slot %s is gone", id, slotName)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
@@ -201,6 +203,13 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 			out, code := sh(t, a, tokA, "", "whoami; pwd; python3 -c 'print(6*7)'; node -e 'console.log(1+1)'; sudo -n true && echo sudo-ok", 30*time.Second)
 			if code != 0 || out != "user\n/home/user\n42\n2\nsudo-ok\n" {
 				t.Errorf("basics: code %d out %q", code, out)
+			}
+			// A setuid program the sandbox made lives on its disk, which
+			// the host mounts nosuid: the sandbox's own view must still
+			// honour it.
+			out, code = sh(t, a, tokA, "", "sudo install -m 4755 /usr/bin/sudo /usr/local/bin/sudo2 && /usr/local/bin/sudo2 -n id -u", 30*time.Second)
+			if code != 0 || out != "0\n" {
+				t.Errorf("setuid program in the writable layer: code %d out %q", code, out)
 			}
 
 			// Host processes are invisible: the sandbox sees only its own.
@@ -471,6 +480,138 @@ func TestCanceledCreateLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestTemplateLinksNeverReachTheHost: a template may make the files the
+// node writes or mounts over (/etc/hosts, /etc/resolv.conf, envd's mount
+// point) or their directory links to host paths. Create must succeed,
+// give the sandbox its own /etc/hosts in its writable layer, and leave
+// the host's files as they were.
+func TestTemplateLinksNeverReachTheHost(t *testing.T) {
+	for _, rtName := range []string{"runsc", "runc"} {
+		t.Run(rtName, func(t *testing.T) {
+			n := testNode(t, rtName)
+			base, err := fixture.store.LayerDirs(fixture.base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each plants links to victim (in victimDir) in a layer on
+			// top of the base.
+			var victimDir, victim string
+			cases := map[string]func(layer string) error{
+				"hosts symlink": func(l string) error {
+					return os.Symlink(victim, filepath.Join(l, "etc", "hosts"))
+				},
+				"hosts hard link": func(l string) error {
+					return os.Link(victim, filepath.Join(l, "etc", "hosts"))
+				},
+				"resolv.conf and envd symlinks": func(l string) error {
+					if err := os.MkdirAll(filepath.Join(l, "opt", "warren"), 0o755); err != nil {
+						return err
+					}
+					if err := os.Symlink(victim, filepath.Join(l, "opt", "warren", "envd")); err != nil {
+						return err
+					}
+					return os.Symlink(victim, filepath.Join(l, "etc", "resolv.conf"))
+				},
+				// /etc is a link to victimDir, which exists in the root
+				// too (a copy of the base's /etc): the host's victimDir
+				// must get no hosts file.
+				"etc symlink": func(l string) error {
+					if err := os.Remove(filepath.Join(l, "etc")); err != nil {
+						return err
+					}
+					inRoot := filepath.Join(l, victimDir)
+					if err := os.MkdirAll(filepath.Dir(inRoot), 0o755); err != nil {
+						return err
+					}
+					if out, err := exec.Command("cp", "-a", filepath.Join(base[0], "etc"), inRoot).CombinedOutput(); err != nil {
+						return fmt.Errorf("cp: %v: %s", err, out)
+					}
+					return os.Symlink(victimDir, filepath.Join(l, "etc"))
+				},
+			}
+			i := 0
+			for name, plant := range cases {
+				i++
+				t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
+					victimDir = t.TempDir()
+					victim = filepath.Join(victimDir, "passwd")
+					if err := os.WriteFile(victim, []byte("host file\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					layer := t.TempDir()
+					if err := os.Mkdir(filepath.Join(layer, "etc"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := plant(layer); err != nil {
+						t.Fatal(err)
+					}
+					req := baseRequest(t, fmt.Sprintf("link%d-%s", i, rtName))
+					req.Layers = append(append([]string(nil), req.Layers...), layer)
+					sb := create(t, n, req)
+					if b, err := os.ReadFile(victim); err != nil || string(b) != "host file\n" {
+						t.Errorf("host file changed: %q %v", b, err)
+					}
+					if es, _ := os.ReadDir(victimDir); len(es) != 1 {
+						t.Errorf("host dir %s has %d entries, want only passwd", victimDir, len(es))
+					}
+					out, code := sh(t, sb, "tok-"+sb.ID, "root", "cat /etc/hosts; test -L /etc/hosts && echo LINK; stat -c %h /etc/hosts", 10*time.Second)
+					if code != 0 || !strings.Contains(out, "127.0.1.1\t"+sb.ID+"\n") || strings.Contains(out, "LINK") || !strings.HasSuffix(out, "\n1\n") {
+						t.Errorf("the sandbox's /etc/hosts: code %d out %q", code, out)
+					}
+					upper := sb.Rootfs.(interface{ UpperDir() string }).UpperDir()
+					etc := filepath.Join(upper, "etc")
+					if name == "etc symlink" {
+						etc = filepath.Join(upper, victimDir)
+					}
+					if fi, err := os.Lstat(filepath.Join(etc, "hosts")); err != nil || !fi.Mode().IsRegular() {
+						t.Errorf("hosts in the writable layer: %v %v, want a regular file", fi, err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestEnvdLogBoundedByDisk: root in a sandbox can reopen envd's stdout
+// (/proc/1/fd/1) and write to it without end. The file is on the
+// sandbox's own disk, so it stops at the disk limit, and nothing lands
+// on the host's file systems (the runtime's state dir is a tmpfs in
+// production: host memory).
+func TestEnvdLogBoundedByDisk(t *testing.T) {
+	for _, rtName := range []string{"runsc", "runc"} {
+		t.Run(rtName, func(t *testing.T) {
+			n := testNode(t, rtName)
+			req := baseRequest(t, "logfill-"+rtName)
+			req.DiskSizeMB = 64
+			sb := create(t, n, req)
+			tok := "tok-" + sb.ID
+			out, code := sh(t, sb, tok, "root", "dd if=/dev/zero of=/proc/1/fd/1 bs=1M count=192 2>&1", 60*time.Second)
+			t.Logf("dd: code %d: %s", code, out)
+			if !strings.Contains(out, "No space left on device") {
+				t.Errorf("writing 192 MB into envd's log under a 64 MB disk: no ENOSPC: %q", out)
+			}
+			if fi, err := os.Stat(n.Runtime().LogPath(sb.ID)); err == nil && fi.Size() > 1<<20 {
+				t.Errorf("the runtime's state dir holds a %d-byte envd log", fi.Size())
+			}
+			fi, err := os.Stat(sb.LogPath)
+			if err != nil {
+				t.Fatalf("envd's log: %v", err)
+			}
+			if fi.Size() > 64<<20 {
+				t.Errorf("envd's log is %d bytes, past the 64 MB disk", fi.Size())
+			}
+			var logFS, diskFS unix.Statfs_t
+			if unix.Statfs(sb.LogPath, &logFS) != nil || unix.Statfs(filepath.Dir(sb.Rootfs.(interface{ UpperDir() string }).UpperDir()), &diskFS) != nil || logFS.Fsid != diskFS.Fsid {
+				t.Errorf("envd's log %s is not on the sandbox's disk", sb.LogPath)
+			}
+			// The sandbox and its envd carry on.
+			if out, code := sh(t, sb, tok, "", "echo alive", 10*time.Second); code != 0 || out != "alive\n" {
+				t.Errorf("after filling the log: %d %q", code, out)
+			}
+		})
+	}
+}
+
 // TestNothingLeft runs last (Go runs tests in source order) and lists what
 // the node tests could have leaked.
 func TestNothingLeft(t *testing.T) {
@@ -491,7 +632,7 @@ func TestNothingLeft(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") || strings.Contains(line, "/sandboxes/egr-") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") || strings.Contains(line, "/sandboxes/link") || strings.Contains(line, "/sandboxes/logfill-") || strings.Contains(line, "/sandboxes/egr-") {
 			leaks = append(leaks, "mount "+line)
 		}
 	}

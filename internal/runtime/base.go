@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -19,7 +20,8 @@ import (
 //	state/                 the runtime's --root
 //	sandboxes/<id>/        one per sandbox, removed by Delete:
 //	  config.json          the OCI bundle (root.path points at Spec.RootFS)
-//	  envd.log             envd's stdout and stderr
+//	  envd.log             envd's stdout and stderr, unless Spec.LogPath
+//	                       puts them elsewhere
 //	  runtime.log          the runtime's errors (--log, JSON lines)
 //	  runsc.<cmd>.log      runsc's own logs (--debug-log)
 type base struct {
@@ -69,7 +71,11 @@ func (b *base) prepare(spec *Spec, o ociOptions) (*os.File, error) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(b.LogPath(spec.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logPath := spec.LogPath
+	if logPath == "" {
+		logPath = b.LogPath(spec.ID)
+	}
+	return os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 }
 
 // claimCgroup makes sure the sandbox's cgroup does not exist yet. A

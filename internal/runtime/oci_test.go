@@ -160,6 +160,7 @@ func TestSpecValidate(t *testing.T) {
 		"bad env":       func(s *Spec) { s.Env = []string{"NOEQUALS"} },
 		"bad mount":     func(s *Spec) { s.Mounts = []Mount{{Source: "rel", Destination: "/x"}} },
 		"negative mem":  func(s *Spec) { s.MemoryMB = -1 },
+		"relative log":  func(s *Spec) { s.LogPath = "envd.log" },
 	} {
 		s := testSpec()
 		mut(&s)

@@ -120,7 +120,8 @@ type Runtime interface {
 	List(ctx context.Context) ([]Container, error)
 
 	// LogPath is the file envd's stdout and stderr go to while the
-	// sandbox exists (Delete removes it).
+	// sandbox exists (Delete removes it), unless its Spec.LogPath named
+	// another one, which is the caller's.
 	LogPath(id string) string
 }
 

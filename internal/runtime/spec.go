@@ -34,6 +34,12 @@ type Spec struct {
 	// shared between sandboxes.
 	ResolvConf string
 	Hosts      string
+	// LogPath, if set, is the file envd's stdout and stderr are appended
+	// to, created if missing; it must not be a symbolic link. The caller
+	// owns it, and should put it where the sandbox's writes are bounded
+	// (root in a sandbox can reopen its envd's stdout and fill the file).
+	// Default: Runtime.LogPath(ID) in the runtime's state dir.
+	LogPath string
 	// Mounts are extra bind mounts (volumes).
 	Mounts []Mount
 	// CPUCount limits CPU time to CPUCount cores (CFS quota); 0: no limit.
@@ -77,6 +83,9 @@ func (s *Spec) validate() error {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("runtime: sandbox %s: %s %q is not absolute", s.ID, name, p)
 		}
+	}
+	if s.LogPath != "" && !filepath.IsAbs(s.LogPath) {
+		return fmt.Errorf("runtime: sandbox %s: LogPath %q is not absolute", s.ID, s.LogPath)
 	}
 	for _, m := range s.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {

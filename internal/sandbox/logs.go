@@ -27,10 +27,13 @@ const maxLogLine = 64 << 10
 // Logs returns up to limit entries of a sandbox's log at or after start,
 // oldest first.
 func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]LogEntry, error) {
-	if _, err := m.lookup(teamID, id); err != nil {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(m.cfg.Node.Runtime().LogPath(id))
+	// The node put envd's log on the sandbox's own disk (node.Sandbox);
+	// the sandbox cannot reach that file.
+	f, err := os.Open(l.sb.LogPath)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return []LogEntry{}, nil

@@ -295,6 +295,10 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	before, err := e.mgr.Logs(ctx, "t1", rec.ID, time.Time{}, 0)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("envd's log: %d entries, %v", len(before), err)
+	}
 	// A create interrupted by a crash leaves a "creating" record.
 	half := rec
 	half.ID, half.State, half.Slot = NewID(), store.StateCreating, ""
@@ -314,6 +318,10 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 	}
 	if status, body := envdEnv(t, e.mgr, rec); status != 200 {
 		t.Errorf("envd of the adopted sandbox: %d %s", status, body)
+	}
+	// envd's log (on the sandbox's own disk) is found again.
+	if after, err := e.mgr.Logs(ctx, "t1", rec.ID, time.Time{}, 0); err != nil || len(after) < len(before) || after[0].Line != before[0].Line {
+		t.Errorf("envd's log after the restart: %d entries (%d before), %v", len(after), len(before), err)
 	}
 	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
 		t.Errorf("killing the adopted sandbox: %v", err)

@@ -3,7 +3,8 @@
 // base template's root filesystem. `warren setup` runs it; `make run` and
 // `make test` call that.
 //
-// What it puts under the data directory (default /var/lib/warren):
+// What it puts under the data directory (default /var/lib/warren, mode
+// 0700 and owned by root: see SecureDataDir):
 //
 //	bin/runsc, bin/runsc.version   the pinned, static runsc (internal/runtime)
 //	layers/, templates/ ...        the base template (internal/image)
@@ -72,14 +73,21 @@ func Run(ctx context.Context, opts Options, progress io.Writer) error {
 			return fmt.Errorf("setup: unknown runtime %q (want runsc or runc)", rt)
 		}
 	}
-	store, err := image.Open(opts.DataDir)
-	if err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
 	start := time.Now()
 	out := &syncWriter{w: progress}
 	say := func(format string, args ...any) {
 		fmt.Fprintf(out, "setup [%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	changed, err := SecureDataDir(opts.DataDir)
+	if err != nil {
+		return err
+	}
+	if changed != "" {
+		say("data dir %s: %s (only root may enter it)", opts.DataDir, changed)
+	}
+	store, err := image.Open(opts.DataDir)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
 	}
 
 	if runc {
