@@ -81,7 +81,9 @@ var DefaultResources = Resources{CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024}
 
 // Defaults of Config's admission and retention fields.
 const (
-	DefaultCPUOvercommit    = 8
+	// A sandbox's CPUs are a quota, not a reservation: idle sandboxes use
+	// none, so CPUs are overcommitted far more than memory.
+	DefaultCPUOvercommit    = 32
 	DefaultMemoryOvercommit = 2
 	DefaultPausedRetention  = 30 * 24 * time.Hour
 )

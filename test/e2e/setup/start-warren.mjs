@@ -58,9 +58,6 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
     // one per temporary data dir.
     '--run-dir', `/run/warren-${instance}`, '--cgroup-parent', `/warren-${instance}`,
     '--network-prefix', `w${instance}`, '--network-cidr', `10.${net16}.0.0/16`,
-    // The suites keep a dozen 2-CPU sandboxes at once, more than a 2-core
-    // machine admits at the default overcommit of 8.
-    '--cpu-overcommit', '32',
     '--pool-size', String(poolSize), ...extraArgs,
   ]
   const env = { ...process.env }
