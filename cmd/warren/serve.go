@@ -134,6 +134,17 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// An image pull stops at the disk reserve as creates and builds do.
+	images.GuardSpace(func() error {
+		free, err := hostres.FreeMB(f.dataDir)
+		if err != nil {
+			return err
+		}
+		if free < f.diskReserveMB {
+			return fmt.Errorf("the data dir's file system has %d MB free, less than its reserve (--disk-reserve-mb %d): the image is too large for this node", free, f.diskReserveMB)
+		}
+		return nil
+	})
 	if _, err := images.Template(image.BaseTemplateID); err != nil {
 		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", f.dataDir, f.dataDir, err)
 	}

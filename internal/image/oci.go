@@ -560,14 +560,14 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 	h := sha256.New()
 	in := &countingReader{r: io.TeeReader(ctxReader{ctx, rc}, h)}
 	w := &layerWriter{root: tmp, buf: make([]byte, 256<<10)}
-	tr := tar.NewReader(in)
+	tr := tar.NewReader(guardedReader{in, s.spaceGuard})
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return "", err // a read error of the stream, or a corrupt tar
+			return "", err // a read error of the stream, a corrupt tar, or the space guard
 		}
 		if err := w.entry(hdr, tr); err != nil {
 			return "", &layerError{id: id, err: fmt.Errorf("%q: %w", hdr.Name, err)}
@@ -1012,6 +1012,30 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	return n, err
+}
+
+// unpackGuardEvery is how many uncompressed bytes an unpack reads between
+// two calls of the store's space guard.
+const unpackGuardEvery = 64 << 20
+
+// guardedReader asks guard, after every unpackGuardEvery bytes read
+// through the counting reader, whether the unpack may go on. What a layer
+// unpacks to is at most what its tar holds (sparse entries are refused),
+// so counting the tar bounds the writes between two checks.
+type guardedReader struct {
+	c     *countingReader
+	guard func() error
+}
+
+func (g guardedReader) Read(p []byte) (int, error) {
+	before := g.c.n
+	n, err := g.c.Read(p)
+	if g.guard != nil && before/unpackGuardEvery != g.c.n/unpackGuardEvery {
+		if gerr := g.guard(); gerr != nil {
+			return n, gerr
+		}
+	}
 	return n, err
 }
 

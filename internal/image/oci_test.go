@@ -1012,3 +1012,34 @@ func TestOCICleanupTemps(t *testing.T) {
 		t.Errorf("a layer was removed: %v", err)
 	}
 }
+
+// TestUnpackStopsAtTheSpaceGuard checks that a layer larger than the node
+// may take (a compressed bomb, a huge image) stops once the store's space
+// guard objects, and leaves no half-made layer.
+func TestUnpackStopsAtTheSpaceGuard(t *testing.T) {
+	s, _ := tinyStore(t)
+	var calls int
+	s.GuardSpace(func() error {
+		calls++
+		if calls >= 2 {
+			return errors.New("below the reserve")
+		}
+		return nil
+	})
+	// Zeros compress to almost nothing: what a bomb looks like.
+	big := bytes.Repeat([]byte{0}, 3*unpackGuardEvery)
+	b := mkTar(t, tfile("zeros", string(big), 0o644))
+	_, err := s.unpackLayer(context.Background(), diffIDOf(b), opener(b), nil)
+	if err == nil || !strings.Contains(err.Error(), "below the reserve") {
+		t.Fatalf("err = %v, want the guard's", err)
+	}
+	if calls != 2 {
+		t.Errorf("guard called %d times, want 2 (once per %d bytes until it objects)", calls, unpackGuardEvery)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", ".tmp-*")); len(tmps) > 0 {
+		t.Errorf("temporary dirs left: %v", tmps)
+	}
+	if _, err := os.Lstat(s.LayerDir("oci-" + diffIDOf(b).Hex)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("layer dir made: %v", err)
+	}
+}

@@ -137,7 +137,16 @@ type Template struct {
 // Store is the data directory's templates and layers.
 type Store struct {
 	dir string
+	// spaceGuard, if set, is asked while a layer is unpacked whether the
+	// data dir may take more: an image's size is the registry's (or an
+	// archive's) to say, and a compressed layer can unpack to far more.
+	spaceGuard func() error
 }
+
+// GuardSpace makes every layer unpack call guard after each
+// unpackGuardEvery bytes and stop with its error. Call it before the
+// store is used.
+func (s *Store) GuardSpace(guard func() error) { s.spaceGuard = guard }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 

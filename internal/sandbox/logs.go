@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -21,8 +22,12 @@ type LogEntry struct {
 	Line string
 }
 
-// maxLogLine bounds one line read from the log file.
-const maxLogLine = 64 << 10
+// maxLogLine bounds one line read from the log file, maxLogScan how much
+// of its end a request reads.
+const (
+	maxLogLine = 64 << 10
+	maxLogScan = 16 << 20
+)
 
 // Logs returns up to limit entries of a sandbox's log at or after start,
 // oldest first.
@@ -33,21 +38,44 @@ func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, 
 	}
 	// The node put envd's log on the sandbox's own disk (node.Sandbox);
 	// the sandbox cannot reach that file.
-	f, err := os.Open(l.sb.LogPath)
+	out, err := readLog(l.sb.LogPath, start, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: reading logs of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// readLog reads up to limit entries at or after start from the newest
+// maxLogScan bytes of a log file.
+func readLog(path string, start time.Time, limit int) ([]LogEntry, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return []LogEntry{}, nil
 		}
-		return nil, fmt.Errorf("sandbox: reading logs of %s: %w", id, err)
+		return nil, err
 	}
 	defer f.Close()
 	fallback := time.Now()
+	skipPartial := false
 	if fi, err := f.Stat(); err == nil {
 		fallback = fi.ModTime()
+		// The log is as large as the sandbox's disk lets it grow: read
+		// only its newest part, so a request costs the host a bounded
+		// amount whatever the sandbox wrote.
+		if fi.Size() > maxLogScan {
+			if _, err := f.Seek(fi.Size()-maxLogScan, io.SeekStart); err != nil {
+				return nil, err
+			}
+			skipPartial = true
+		}
 	}
 	out := []LogEntry{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 4096), maxLogLine)
+	if skipPartial {
+		sc.Scan() // the line the seek landed in
+	}
 	for sc.Scan() && (limit <= 0 || len(out) < limit) {
 		e := parseLogLine(sc.Text(), fallback)
 		if !start.IsZero() && e.Time.Before(start) {
