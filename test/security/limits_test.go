@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,27 +248,46 @@ func TestUploadURLSurvivesRestart(t *testing.T) {
 	}
 }
 
-// A sandbox writing to envd's output (its log on the host, in the run
-// dir's tmpfs) must meet a cap.
+// A sandbox writing to envd's output (its log, kept on the host) meets a
+// cap: the host's memory-backed run dir does not take it, and on the data
+// dir it counts against the sandbox's own disk.
 func TestEnvdLogFlood(t *testing.T) {
 	afterCase(t)
 	sb := mustCreate(t, S.teamA, createOpts{})
-	r := sb.run(t, "root", `head -c 200M /dev/zero | tr '\0' x > /proc/1/fd/1; echo "exit=$?"`)
-	t.Logf("writing 200 MiB to envd's output: %s", r)
-	// envd.log and whatever else the runtime keeps of the sandbox (a
-	// rotated log) on the host.
-	dir := filepath.Join(S.srv.runDir, "runsc", "sandboxes", sb.ID)
-	var total int64
-	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && fi.Mode().IsRegular() {
-			total += fi.Size()
+	runBefore, dataBefore := treeMB(S.srv.runDir), S.srv.freeMB()
+	const writeMB = 1300 // past the sandbox's 1 GiB disk
+	r := sb.run(t, "root", fmt.Sprintf(`dd if=/dev/zero of=/proc/1/fd/1 bs=1M count=%d 2>&1 | tail -1`, writeMB))
+	t.Logf("writing %d MiB to envd's output: %s", writeMB, r)
+	runGrew, dataTook := treeMB(S.srv.runDir)-runBefore, dataBefore-S.srv.freeMB()
+	t.Logf("the run dir grew by %d MiB, the data dir's file system by %d MiB", runGrew, dataTook)
+	if runGrew > 64 {
+		t.Errorf("envd's output took %d MiB of the run dir (a tmpfs: memory): no cap", runGrew)
+	}
+	if dataTook > 1024+256 {
+		t.Errorf("envd's output took %d MiB of the data dir's file system, more than the sandbox's 1 GiB disk", dataTook)
+	}
+}
+
+// treeMB is the space the files below dir take (their blocks), on dir's
+// own file system.
+func treeMB(dir string) int64 {
+	var root unix.Stat_t
+	if unix.Stat(dir, &root) != nil {
+		return 0
+	}
+	var blocks int64
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if ok && fi.IsDir() && st.Dev != root.Dev {
+			return filepath.SkipDir // another file system mounted below
+		}
+		if ok && fi.Mode().IsRegular() {
+			blocks += st.Blocks
 		}
 		return nil
 	})
-	if err != nil || total == 0 {
-		t.Fatalf("the runtime's files of %s in %s: %v", sb.ID, dir, err)
-	}
-	if total > 64<<20 {
-		t.Errorf("envd's log on the host grew to %d MiB: no size cap", total>>20)
-	}
+	return blocks * 512 >> 20
 }

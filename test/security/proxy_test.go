@@ -117,11 +117,16 @@ func TestProxyHostTricks(t *testing.T) {
 		}
 	})
 	t.Run("unknown sandbox IDs", func(t *testing.T) {
-		for _, h := range []string{host(8000, "nosuchsandbox0000000"), "8000-127.0.0.1", host(8000, S.witness.ID[:6]), "8000-..", host(8000, strings.ToUpper(victim.ID))} {
+		for _, h := range []string{host(8000, "nosuchsandbox0000000"), "8000-127.0.0.1", host(8000, S.witness.ID[:6]), "8000-..", "8000-" + victim.ID + "x.localhost"} {
 			r := proxyGet(t, h, "/", tok, victim.TrafficToken)
 			if r.Status != http.StatusBadGateway && r.Status != http.StatusBadRequest {
 				t.Errorf("Host %s: %s, want 502 (not found) or 400", h, r)
 			}
+		}
+		// Host names are case-insensitive: an upper-case ID may name the
+		// victim, but not without its token.
+		if r := proxyGet(t, host(8000, strings.ToUpper(victim.ID)), "/", tok, attacker.TrafficToken); r.Status < 400 || strings.Contains(string(r.Body), "victim-content") {
+			t.Errorf("the victim's ID in upper case with another's token: %s", r)
 		}
 	})
 	t.Run("an upstream that breaks the connection", func(t *testing.T) {
