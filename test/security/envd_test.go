@@ -391,3 +391,37 @@ func TestSlowOutputSubscriber(t *testing.T) {
 			got>>20, outputMB, ended, stream.Err())
 	}
 }
+
+// A sandbox restored from a template's snapshot (its start command already
+// running) has an envd that refuses everyone without the sandbox's own
+// token, and takes that token.
+func TestSnapshotRestoredSandboxNeedsToken(t *testing.T) {
+	afterCase(t)
+	rb, r := newRawBuild(t, S.teamA, "sec-snapshot", nil)
+	if rb == nil {
+		t.Fatalf("POST /v3/templates: %s", r)
+	}
+	r, err := S.srv.call(context.Background(), S.teamA, "POST", "/v2/templates/"+rb.TemplateID+"/builds/"+rb.BuildID,
+		map[string]any{"fromTemplate": "base", "steps": []step{},
+			"startCmd": "sleep 3600", "readyCmd": "true"})
+	if err != nil || r.Status != http.StatusAccepted {
+		t.Fatalf("starting the build: %v %v", err, r)
+	}
+	b := rb.wait(t)
+	if b.Err != nil {
+		t.Fatalf("the snapshot build failed: %v\n%s", b.Err, b.log())
+	}
+	defer removeLayers(t, ownLayers(t, b.BuildID))
+	sb := mustCreate(t, S.teamA, createOpts{Template: rb.TemplateID})
+	if got := sb.ok(t, "user", "pgrep -x sleep >/dev/null && echo restored"); got != "restored\n" {
+		t.Fatalf("the sandbox was not restored with its start command running: %q", got)
+	}
+	for _, tok := range []string{"", "wrong-" + sb.EnvdToken} {
+		if r := envdHTTP(t, sb, "GET", "/envs", tok, ""); r.Status != http.StatusUnauthorized {
+			t.Errorf("the restored sandbox's envd with token %q: %s, want 401", tok, r)
+		}
+	}
+	if r := envdHTTP(t, sb, "GET", "/envs", sb.EnvdToken, ""); r.Status != http.StatusOK {
+		t.Errorf("the restored sandbox's envd refuses its own token: %s", r)
+	}
+}

@@ -60,6 +60,9 @@ type suite struct {
 	// hostService is a listener on all of the host's addresses that
 	// sandboxes must not reach.
 	hostService *hostListener
+	// allowedRegistry is a loopback port given to --allow-insecure-registry:
+	// the registry case serves its control registry there.
+	allowedRegistry int
 
 	srv *server
 	// teamA is the default team (the server's first key); teamB and
@@ -138,6 +141,9 @@ func newSuite() (*suite, error) {
 		return s, err
 	}
 	if s.hostService, err = listenHostService(); err != nil {
+		return s, err
+	}
+	if s.allowedRegistry, err = freePort(); err != nil {
 		return s, err
 	}
 	dataDir, err := newDataDir(dataFSMB)
@@ -282,7 +288,8 @@ func (v *server) start(s *suite, extra []string) error {
 			"build-disk-mb": strconv.Itoa(buildDiskMB),
 			"max-upload-mb": strconv.Itoa(maxUploadMB),
 			// Paused sandboxes are reaped soon (the retention case waits).
-			"paused-retention": pausedRetention.String(),
+			"paused-retention":        pausedRetention.String(),
+			"allow-insecure-registry": fmt.Sprintf("127.0.0.1:%d", s.allowedRegistry),
 		} {
 			if v.has(flag) {
 				v.args = append(v.args, "--"+flag, val)
