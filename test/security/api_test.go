@@ -285,9 +285,7 @@ func killSandbox(t *testing.T, sb *sandbox) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	start := time.Now()
 	r, err := sb.srv.call(ctx, sb.team, "DELETE", "/sandboxes/"+sb.ID, nil)
-	t.Logf("killing %s took %s", sb.ID, time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		t.Errorf("killing %s: %v", sb.ID, err)
 		return

@@ -14,31 +14,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// hostile is an attack in an archive: its entries, after harmless ones.
+type hostile struct {
+	name    string
+	entries []entry
+}
+
 // hostileEntries are archive entries that aim outside the layer or at the
-// host's devices, each with the host path it must never create or change.
-func hostileEntries(t *testing.T, tag string) map[string][]entry {
+// host's devices; the host paths they aim at are canaries.
+func hostileEntries(t *testing.T, tag string) []hostile {
 	up := strings.Repeat("../", 12)
 	rel := strings.TrimPrefix(S.hostDir, "/")
 	escape := S.canaries.plantDir(t, tag+"-escape-dir")
 	hardTarget := S.canaries.plant(t, tag+"-hardlink-target")
-	return map[string][]entry{
-		"dot-dot":  {file(up+rel+"/"+filepath.Base(S.canaries.absent(tag+"-dotdot")), "escaped with ..\n")},
-		"absolute": {file(S.canaries.absent(tag+"-absolute"), "escaped with an absolute name\n")},
-		"symlink then a file through it": {
+	return []hostile{
+		{"dot-dot", []entry{file(up+rel+"/"+filepath.Base(S.canaries.absent(tag+"-dotdot")), "escaped with ..\n")}},
+		{"absolute", []entry{file(S.canaries.absent(tag+"-absolute"), "escaped with an absolute name\n")}},
+		{"symlink then a file through it", []entry{
 			symlink("escape", escape),
 			file("escape/pwned", "written through a symlink\n"),
-		},
-		"hard link out of the layer, then written": {
+		}},
+		{"hard link out of the layer, then written", []entry{
 			{Name: "hard", Type: tar.TypeLink, Link: up + strings.TrimPrefix(hardTarget, "/")},
 			file("hard", "written through a hard link\n"),
-		},
-		"character device": {{Name: "kmsg", Type: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 11}},
-		"block device":     {{Name: "disk", Type: tar.TypeBlock, Mode: 0o666, Devmajor: 7, Devminor: 0}},
+		}},
+		{"character device", []entry{{Name: "kmsg", Type: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 11}}},
+		{"block device", []entry{{Name: "disk", Type: tar.TypeBlock, Mode: 0o666, Devmajor: 7, Devminor: 0}}},
 	}
 }
 
 func TestHostileTarEntriesInCopyUpload(t *testing.T) {
-	for name, es := range hostileEntries(t, "copy") {
+	for _, h := range hostileEntries(t, "copy") {
+		name, es := h.name, h.entries
 		t.Run(name, func(t *testing.T) {
 			afterCase(t)
 			all := append([]entry{dir("ctx/"), file("ctx/ok.txt", "fine\n")}, es...)
@@ -69,7 +76,8 @@ func TestHostileTarEntriesInCopyUpload(t *testing.T) {
 }
 
 func TestHostileTarEntriesInOCILayer(t *testing.T) {
-	for name, es := range hostileEntries(t, "oci") {
+	for _, h := range hostileEntries(t, "oci") {
+		name, es := h.name, h.entries
 		t.Run(name, func(t *testing.T) {
 			afterCase(t)
 			archive := ociArchive(t, "root", tarOf(t, append(busyboxLayer(t), es...)))
