@@ -32,6 +32,15 @@ func (m *Manager) installRules() error {
 	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: filter, Chain: ch, Exprs: concat(parts...)})
 	}
+	// refuse answers what match matches with a TCP reset, or an ICMP
+	// admin-prohibited error for anything else: a sandbox's connection
+	// that is not allowed fails at once instead of hanging until its
+	// timeout. (Spoofed packets are dropped instead: nothing answers a
+	// forged source.)
+	refuse := func(ch *nftables.Chain, match ...[]expr.Any) {
+		rule(ch, concat(match...), l4proto(unix.IPPROTO_TCP), countAndReject(unix.NFT_REJECT_TCP_RST, 0))
+		rule(ch, concat(match...), countAndReject(unix.NFT_REJECT_ICMPX_UNREACH, unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED))
+	}
 
 	// Anti-spoofing, at raw priority so that conntrack never records a
 	// spoofed flow: a packet from a slot must come from an address routed
@@ -44,18 +53,18 @@ func (m *Manager) installRules() error {
 	// and ICMP errors about them, get in.
 	in := chain("input", nftables.ChainHookInput, nftables.ChainPriorityFilter)
 	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ctEstablishedOrRelated(), verdict(expr.VerdictAccept))
-	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), countAndDrop())
+	refuse(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots))
 
 	// The same, before the host's own port forwards (DNAT, at -100) can
 	// turn a connection to a host address into one to somewhere else:
 	// a sandbox opens nothing to a host address, forwarded or not.
 	preHost := chain("prerouting_host", nftables.ChainHookPrerouting, nftables.ChainPriorityMangle)
-	rule(preHost, ifnamePrefix(expr.MetaKeyIIFNAME, slots), daddrIsLocal(), ctNotEstablishedOrRelated(), countAndDrop())
+	refuse(preHost, ifnamePrefix(expr.MetaKeyIIFNAME, slots), daddrIsLocal(), ctNotEstablishedOrRelated())
 
 	// Sandboxes never reach each other, and slots are IPv4-only. These
 	// come before the egress policy, so no allowed range opens them.
 	fwd := chain("forward", nftables.ChainHookForward, nftables.ChainPriorityFilter)
-	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ifnamePrefix(expr.MetaKeyOIFNAME, slots), countAndDrop())
+	refuse(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ifnamePrefix(expr.MetaKeyOIFNAME, slots))
 	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), nfproto(nftables.TableFamilyIPv6), countAndDrop())
 
 	// The egress policy (egress.go): DNS to the resolvers, then the
@@ -70,8 +79,7 @@ func (m *Manager) installRules() error {
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		rule(fwd, toSet(resolvers), l4proto(proto), dport(53), verdict(expr.VerdictAccept))
 	}
-	rule(fwd, toSet(blocked), l4proto(unix.IPPROTO_TCP), countAndReject(unix.NFT_REJECT_TCP_RST, 0))
-	rule(fwd, toSet(blocked), countAndReject(unix.NFT_REJECT_ICMPX_UNREACH, unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED))
+	refuse(fwd, toSet(blocked))
 
 	// Egress leaves with the host's address.
 	nat := c.AddTable(&nftables.Table{Name: m.cfg.natTable(), Family: nftables.TableFamilyIPv4})
