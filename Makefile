@@ -6,7 +6,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
 
-.PHONY: all build generate test test-go test-e2e deps setup bench run clean vet
+.PHONY: all build generate test test-go test-e2e test-fuzz fuzz deps setup bench run clean vet
 
 all: build
 
@@ -38,10 +38,18 @@ setup: build
 vet:
 	$(GO) vet ./...
 
-test: deps build setup vet test-go test-e2e
+test: deps build setup vet test-go test-fuzz test-e2e
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
+
+# Every fuzz target for a few seconds (make fuzz: longer, FUZZTIME=10m).
+FUZZTIME ?= 2m
+test-fuzz:
+	scripts/fuzz.sh 5s
+
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 test-e2e: build
 	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target (func FuzzXxx) of the module for the given
+# time each: `make test` runs them briefly, `make fuzz` longer. A target
+# that finds a failing input fails the run; Go writes the input under the
+# package's testdata/fuzz/ so that plain `go test` replays it from then on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime="${1:-5s}"
+go="${GO:-go}"
+
+failed=0
+total=0
+start=$(date +%s)
+for pkg in $($go list ./...); do
+  targets=$($go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true)
+  for target in $targets; do
+    total=$((total + 1))
+    t0=$(date +%s)
+    if out=$($go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" 2>&1); then
+      execs=$(grep -o 'execs: [0-9]*' <<<"$out" | tail -1 | grep -o '[0-9]*' || echo "?")
+      printf 'fuzz %-45s %-22s ok   %6ss  %s execs\n' "${pkg#github.com/warren-sandbox/warren/}" "$target" "$(( $(date +%s) - t0 ))" "$execs"
+    else
+      failed=$((failed + 1))
+      printf 'fuzz %-45s %-22s FAIL\n%s\n' "${pkg#github.com/warren-sandbox/warren/}" "$target" "$out"
+    fi
+  done
+done
+echo "fuzz: $total targets, $failed failed, $(( $(date +%s) - start ))s ($fuzztime each)"
+[ "$failed" -eq 0 ]
