@@ -3,22 +3,17 @@ package store
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
+	"github.com/pressly/goose/v3/lock"
+	_ "modernc.org/sqlite" // registers "sqlite"
 )
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 type dialect int
 
@@ -38,14 +33,19 @@ var _ Store = (*SQL)(nil)
 // OpenSQLite opens (creating if needed) the SQLite database at path, in
 // WAL mode, and migrates it.
 func OpenSQLite(ctx context.Context, path string) (*SQL, error) {
-	// _txlock=immediate: a write transaction takes the write lock at BEGIN,
-	// so read-modify-write transactions serialise instead of failing late.
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", sqliteDSN(path))
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, db, sqliteDialect)
+	return open(ctx, db, sqliteDialect, &fileLocker{path: path + migrationLockSuffix})
+}
+
+// sqliteDSN is the modernc.org/sqlite data source of the database file
+// at path.
+func sqliteDSN(path string) string {
+	// _txlock=immediate: a write transaction takes the write lock at BEGIN,
+	// so read-modify-write transactions serialise instead of failing late.
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 }
 
 // OpenPostgres connects to PostgreSQL (a pgx connection string or URL)
@@ -55,7 +55,12 @@ func OpenPostgres(ctx context.Context, dsn string) (*SQL, error) {
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, db, postgresDialect)
+	locker, err := postgresLocker()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return open(ctx, db, postgresDialect, locker)
 }
 
 // Open picks the database by the form of url: "postgres://…" or
@@ -67,13 +72,13 @@ func Open(ctx context.Context, url string) (*SQL, error) {
 	return OpenSQLite(ctx, strings.TrimPrefix(url, "sqlite://"))
 }
 
-func open(ctx context.Context, db *sql.DB, d dialect) (*SQL, error) {
+func open(ctx context.Context, db *sql.DB, d dialect, locker lock.SessionLocker) (*SQL, error) {
 	s := &SQL{db: db, d: d}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: connecting: %w", err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := migrateEmbedded(ctx, db, d, locker); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -99,58 +104,6 @@ func (s *SQL) q(query string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-func (s *SQL) migrate(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if s.d == postgresDialect {
-		// Several warren processes may start at once on one database.
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(7261)"); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"); err != nil {
-		return fmt.Errorf("store: migrations table: %w", err)
-	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("store: migration %s has no version number", base)
-		}
-		var applied int
-		if err := tx.QueryRowContext(ctx, s.q("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), version).Scan(&applied); err != nil {
-			return err
-		}
-		if applied > 0 {
-			continue
-		}
-		body, err := migrations.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		for _, stmt := range strings.Split(string(body), ";") {
-			if strings.TrimSpace(stmt) == "" {
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("store: migration %s: %w", base, err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"), version, ms(time.Now())); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
 }
 
 func ms(t time.Time) int64 {

@@ -7,12 +7,41 @@
 // box, PostgreSQL (pgx) the shared store of several nodes. The SQL is
 // written once, with "?" placeholders rewritten for PostgreSQL, and the
 // schema uses only types both understand (times are unix milliseconds,
-// maps are JSON text). Migrations are numbered SQL files applied in order
-// inside a transaction and recorded in schema_migrations.
+// maps are JSON text).
 //
 // Every transition of a sandbox is written here before the runtime acts
 // (see internal/sandbox), so that a restarted warren can reconcile the
 // store with what is running.
+//
+// # Migrations
+//
+// The schema is built by the SQL files in migrations/, embedded in the
+// binary and applied at Open by github.com/pressly/goose/v3, each file in
+// its own transaction, recorded in goose_db_version. Several processes
+// opening one database at once apply each migration once: they take
+// PostgreSQL's advisory lock 7261, or on SQLite an flock on the file
+// DB.migrate-lock beside the database. Databases migrated by the runner
+// before goose (versions in schema_migrations) are adopted on first open;
+// see prepareVersionTable.
+//
+// To add a migration:
+//   - Name it migrations/NNNN_what_it_does.sql, NNNN the next version
+//     (four digits, one more than the highest; never reuse or renumber).
+//   - Start it with the line "-- +goose Up". There is no Down section:
+//     migrations only go forward. A statement ends with ";" at the end of
+//     a line; one with ";" inside it (a trigger, a PL/pgSQL body) goes
+//     between "-- +goose StatementBegin" and "-- +goose StatementEnd".
+//   - Write it once for both databases: the same file runs on SQLite and
+//     PostgreSQL, so use only TEXT, INTEGER and BIGINT (times in unix ms,
+//     booleans 0/1, maps as JSON text), give a column added with ALTER
+//     TABLE ... ADD COLUMN ... NOT NULL a DEFAULT (SQLite requires one),
+//     and rebuild a table rather than altering a constraint (SQLite
+//     cannot). SQL that must differ between the two belongs in a Go
+//     migration (goose.NewGoMigration, passed with goose.WithGoMigrations
+//     in migrate) that checks the dialect.
+//   - Never edit a migration once it is on main: databases have run it.
+//   - Run the store tests: TestFreshDatabaseGetsEveryMigration applies
+//     every file on both databases and checks each is recorded.
 package store
 
 import (

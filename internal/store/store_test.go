@@ -36,6 +36,25 @@ func backends(t *testing.T) map[string]Store {
 	t.Cleanup(func() { lite.Close() })
 	out["sqlite"] = lite
 
+	dsn, ok := freshPostgres(t)
+	if !ok {
+		return out
+	}
+	pg, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	out["postgres"] = pg
+	return out
+}
+
+// freshPostgres creates an empty PostgreSQL database, dropped when the
+// test ends, and returns its DSN; ok is false (with the reason logged)
+// when PostgreSQL is not reachable outside CI.
+func freshPostgres(t *testing.T) (dsn string, ok bool) {
+	t.Helper()
+	ctx := context.Background()
 	admin, err := sql.Open("pgx", pgAdminDSN())
 	if err == nil {
 		err = admin.PingContext(ctx)
@@ -45,7 +64,7 @@ func backends(t *testing.T) map[string]Store {
 			t.Fatalf("PostgreSQL is required in CI (make test starts it): %v", err)
 		}
 		t.Logf("skipping PostgreSQL: not reachable at %q: %v", pgAdminDSN(), err)
-		return out
+		return "", false
 	}
 	var b [6]byte
 	rand.Read(b[:])
@@ -53,17 +72,13 @@ func backends(t *testing.T) map[string]Store {
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatal(err)
 	}
-	pg, err := OpenPostgres(ctx, pgAdminDSN()+" dbname="+name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Registered first, so it runs after the cleanups of stores opened
+	// on the database.
 	t.Cleanup(func() {
-		pg.Close()
 		admin.ExecContext(context.Background(), "DROP DATABASE "+name)
 		admin.Close()
 	})
-	out["postgres"] = pg
-	return out
+	return pgAdminDSN() + " dbname=" + name, true
 }
 
 func forEach(t *testing.T, f func(t *testing.T, s Store)) {

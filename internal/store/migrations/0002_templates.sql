@@ -1,3 +1,4 @@
+-- +goose Up
 -- Templates, their builds, build logs and tags. names holds the template's
 -- Names in order as a JSON list, template_names holds one row per name so
 -- that a name belongs to one template and can be looked up.

@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/pressly/goose/v3/lock"
+)
+
+// blankDatabase is an empty database of one kind, opened without
+// migrating, with what the test needs to migrate or open it.
+type blankDatabase struct {
+	db     *sql.DB
+	d      dialect
+	url    string // for Open
+	locker func() lock.SessionLocker
+}
+
+// blankDatabases gives an empty database of each kind reachable.
+func blankDatabases(t *testing.T) map[string]blankDatabase {
+	t.Helper()
+	out := map[string]blankDatabase{}
+	path := filepath.Join(t.TempDir(), "warren.db")
+	lite, err := sql.Open("sqlite", sqliteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	out["sqlite"] = blankDatabase{db: lite, d: sqliteDialect, url: path,
+		locker: func() lock.SessionLocker { return &fileLocker{path: path + migrationLockSuffix} }}
+
+	dsn, ok := freshPostgres(t)
+	if !ok {
+		return out
+	}
+	pg, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	out["postgres"] = blankDatabase{db: pg, d: postgresDialect, url: dsn,
+		locker: func() lock.SessionLocker {
+			l, err := postgresLocker()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}}
+	return out
+}
+
+// open opens the database with the store's own Open.
+func (b blankDatabase) open(ctx context.Context) (*SQL, error) {
+	if b.d == postgresDialect {
+		return OpenPostgres(ctx, b.url)
+	}
+	return OpenSQLite(ctx, b.url)
+}
+
+// embeddedVersions are the versions of the migrations built in.
+func embeddedVersions(t *testing.T) []int64 {
+	t.Helper()
+	names, err := fs.Glob(embeddedMigrations, "migrations/*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no migrations embedded: %v", err)
+	}
+	var out []int64
+	for _, name := range names {
+		v, err := strconv.ParseInt(strings.SplitN(filepath.Base(name), "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("migration %s: %v", name, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// migrateLikeOldRunner does what the runner before goose did: in one
+// transaction, apply the embedded migrations up to version upTo, each
+// split on ';', and record each in schema_migrations.
+func migrateLikeOldRunner(t *testing.T, db *sql.DB, d dialect, upTo int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := fs.Glob(embeddedMigrations, "migrations/*.sql")
+	for i, name := range names {
+		version := embeddedVersions(t)[i]
+		if version > upTo {
+			break
+		}
+		body, err := embeddedMigrations.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range strings.Split(string(body), ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("old runner, %s: %v", name, err)
+			}
+		}
+		insert := "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"
+		if d == postgresDialect {
+			insert = "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)"
+		}
+		if _, err := tx.ExecContext(ctx, insert, version, time.Now().UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// versionsIn lists a version table's versions in the order recorded.
+func versionsIn(t *testing.T, db *sql.DB, query string) []int64 {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func gooseVersions(t *testing.T, db *sql.DB) []int64 {
+	return versionsIn(t, db, "SELECT version_id FROM goose_db_version ORDER BY id")
+}
+
+// withMigration is the embedded migrations plus one more file.
+func withMigration(t *testing.T, name, body string) fs.FS {
+	t.Helper()
+	files, err := fs.Sub(embeddedMigrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := fstest.MapFS{name: {Data: []byte(body)}}
+	err = fs.WalkDir(files, ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(files, p)
+		out[p] = &fstest.MapFile{Data: data}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestOpenAdoptsOldRunnerVersions(t *testing.T) {
+	all := embeddedVersions(t)
+	last := all[len(all)-1]
+	for _, upTo := range []int64{last - 1, last} {
+		t.Run(fmt.Sprintf("old runner applied 1..%d", upTo), func(t *testing.T) {
+			for kind, b := range blankDatabases(t) {
+				t.Run(kind, func(t *testing.T) { testAdoptOldRunner(t, b, upTo, last) })
+			}
+		})
+	}
+}
+
+func testAdoptOldRunner(t *testing.T, b blankDatabase, upTo, last int64) {
+	ctx := context.Background()
+	migrateLikeOldRunner(t, b.db, b.d, upTo)
+	s := &SQL{db: b.db, d: b.d}
+	if err := s.CreateTeam(ctx, Team{ID: "team1", Name: "before", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A migration added after the switch: it applies, and the old
+	// runner's ones (CREATE TABLE without IF NOT EXISTS) are not re-run.
+	next := last + 1
+	files := withMigration(t, fmt.Sprintf("%04d_team_note.sql", next),
+		"-- +goose Up\nALTER TABLE teams ADD COLUMN note TEXT NOT NULL DEFAULT 'none';\n")
+	if err := migrate(ctx, b.db, b.d, files, b.locker()); err != nil {
+		t.Fatalf("migrating a database of the old runner: %v", err)
+	}
+
+	if got, err := s.GetTeam(ctx, "team1"); err != nil || got.Name != "before" {
+		t.Errorf("team written before the upgrade: %+v %v", got, err)
+	}
+	var note string
+	if err := b.db.QueryRow("SELECT note FROM teams WHERE id = 'team1'").Scan(&note); err != nil || note != "none" {
+		t.Errorf("later migration: note = %q, %v", note, err)
+	}
+	// The last built-in migration (paused_at) is in place either way.
+	sb := sandbox("sb1", t0, nil)
+	sb.State, sb.PausedAt = StatePaused, t0.Add(time.Minute)
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSandbox(ctx, "sb1"); err != nil || !got.PausedAt.Equal(sb.PausedAt) {
+		t.Errorf("paused_at after upgrade: %v %v", got.PausedAt, err)
+	}
+
+	want := []int64{0}
+	for v := int64(1); v <= next; v++ {
+		want = append(want, v)
+	}
+	if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
+		t.Errorf("goose versions = %v, want %v (each once)", got, want)
+	}
+	var legacy []int64
+	for v := int64(1); v <= upTo; v++ {
+		legacy = append(legacy, v)
+	}
+	if got := versionsIn(t, b.db, "SELECT version FROM schema_migrations ORDER BY version"); !reflect.DeepEqual(got, legacy) {
+		t.Errorf("schema_migrations = %v, want it left as the old runner wrote it: %v", got, legacy)
+	}
+
+	// The store's own Open (which knows no migration `next`) opens the
+	// upgraded database and applies nothing again.
+	again, err := b.open(ctx)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	again.Close()
+	if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
+		t.Errorf("after reopening, goose versions = %v, want %v", got, want)
+	}
+}
+
+func TestFreshDatabaseGetsEveryMigration(t *testing.T) {
+	want := append([]int64{0}, embeddedVersions(t)...)
+	for kind, b := range blankDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			s, err := b.open(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
+				t.Errorf("goose versions = %v, want %v", got, want)
+			}
+			tx, err := b.db.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if legacy, err := tableExists(context.Background(), tx, b.d, legacyVersionTable); err != nil || legacy {
+				t.Errorf("a fresh database has %s (%v): only goose's table is written now", legacyVersionTable, err)
+			}
+		})
+	}
+}
+
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	want := append([]int64{0}, embeddedVersions(t)...)
+	for kind, b := range blankDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			const opens = 4
+			var wg sync.WaitGroup
+			errs := make([]error, opens)
+			for i := range opens {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					s, err := b.open(ctx)
+					if err == nil {
+						s.Close()
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("open #%d: %v", i+1, err)
+				}
+			}
+			if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
+				t.Errorf("goose versions = %v, want %v (each once)", got, want)
+			}
+		})
+	}
+}
