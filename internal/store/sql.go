@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/pressly/goose/v3/lock"
-	_ "modernc.org/sqlite" // registers "sqlite"
+	"modernc.org/sqlite" // registers "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 type dialect int
@@ -127,13 +129,19 @@ func b2i(b bool) int {
 	return 0
 }
 
-// isUniqueViolation recognises both drivers' duplicate-key errors.
+// pgUniqueViolation is PostgreSQL's SQLSTATE unique_violation.
+const pgUniqueViolation = "23505"
+
+// isUniqueViolation recognises both drivers' duplicate-key errors by
+// their codes: SQLite's extended result codes for a UNIQUE or PRIMARY
+// KEY constraint, PostgreSQL's SQLSTATE 23505.
 func isUniqueViolation(err error) bool {
-	if err == nil {
-		return false
+	var lite *sqlite.Error
+	if errors.As(err, &lite) {
+		return lite.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || lite.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "duplicate key")
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == pgUniqueViolation
 }
 
 func notFound(what, id string, err error) error {
