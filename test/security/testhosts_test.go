@@ -55,6 +55,9 @@ func newTestHosts() (*testHosts, error) {
 		if *th.host, err = testhost.Open(th.name, netip.MustParsePrefix(th.addr+"/24")); err != nil {
 			return h, err
 		}
+		if w := (*th.host).Waited; w > time.Second {
+			fmt.Printf("test/security: waited %s for another test host at %s\n", w.Round(time.Second), th.addr)
+		}
 		if _, err := (*th.host).StartTCP(th.port, testhost.HTTPReply(th.reply+"\n")); err != nil {
 			return h, err
 		}

@@ -45,6 +45,9 @@ type Host struct {
 	// Gateway is the host end's address, the test host's default route:
 	// the test host answers any address, including sandboxes' own.
 	Gateway netip.Addr
+	// Waited is how long Open waited for another test host with the same
+	// name or address to close.
+	Waited time.Duration
 
 	unlock   func() // gives back the name and address locks
 	accepted atomic.Int64
@@ -80,6 +83,9 @@ func New(t testing.TB, name string, addr netip.Prefix) *Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h.Waited > time.Second {
+		t.Logf("testhost %s: waited %s for another test host at %s or named so", name, h.Waited.Round(time.Second), h.Addr)
+	}
 	t.Cleanup(func() {
 		if err := h.Close(); err != nil {
 			t.Errorf("testhost: %v", err)
@@ -98,11 +104,13 @@ func open(name string, addr netip.Prefix, wait time.Duration) (*Host, error) {
 	if !addr.Addr().Is4() || addr.Bits() > 30 {
 		return nil, fmt.Errorf("testhost %s: %s: need an IPv4 address in a subnet of /30 or larger", name, addr)
 	}
+	start := time.Now()
 	unlock, err := lock(name, addr.Addr(), wait)
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{Name: name, NetNSPath: "/var/run/netns/" + name, Addr: addr.Addr(), Gateway: gatewayFor(addr), unlock: unlock}
+	h := &Host{Name: name, NetNSPath: "/var/run/netns/" + name, Addr: addr.Addr(), Gateway: gatewayFor(addr),
+		Waited: time.Since(start), unlock: unlock}
 	// Holding the name's lock, a namespace or link of that name is a dead
 	// run's leftover, never another live test's host.
 	if err := h.remove(); err != nil {

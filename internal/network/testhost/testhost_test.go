@@ -187,6 +187,9 @@ func TestSameAddressWaitsForClose(t *testing.T) {
 	select {
 	case h := <-opened:
 		opened <- h // for the cleanup to close
+		if h.Waited < time.Second {
+			t.Errorf("the second host says it waited %s, less than the first was held", h.Waited)
+		}
 		if dev, err := RouteDev(h.Addr); err != nil || dev != "wthsecond" {
 			t.Errorf("after the first closed, the address routes to %q (%v)", dev, err)
 		}
