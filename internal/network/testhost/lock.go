@@ -51,7 +51,7 @@ func lock(name string, addr netip.Addr, wait time.Duration) (unlock func(), err 
 		if errors.Is(err, context.DeadlineExceeded) {
 			unlock()
 			return nil, fmt.Errorf("testhost %s: %s is still held after %s by %s: another test uses the same test host name or address",
-				name, p, wait.Round(time.Second), holderOf(p))
+				name, p, wait.Round(time.Millisecond), holderOf(p))
 		}
 		if err != nil {
 			unlock()

@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -200,10 +201,14 @@ func RouteDev(addr netip.Addr) (string, error) {
 	return routes[0].Dev, nil
 }
 
-// remove deletes the namespace and the veth pair, if they exist.
+// remove deletes the namespace and the veth pair, if they exist. A link of
+// the name that is no veth is never a test host's: it is left alone.
 func (h *Host) remove() error {
 	var errs []error
-	if _, err := net.InterfaceByName(h.Name); err == nil {
+	if l, err := netlink.LinkByName(h.Name); err == nil {
+		if l.Type() != "veth" {
+			return fmt.Errorf("the interface %s is a %s, not a test host's veth: choose another name", h.Name, l.Type())
+		}
 		errs = append(errs, ip("link", "del", h.Name))
 	}
 	if _, err := os.Stat(h.NetNSPath); err == nil {

@@ -39,6 +39,7 @@ func TestLockExcludesPerAddressAndName(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: a second lock while the first is held", c.what)
 		}
+		t.Logf("%s: %v", c.what, err)
 		if waited := time.Since(start); waited < 300*time.Millisecond {
 			t.Errorf("%s: gave up after %s, before its bound", c.what, waited)
 		}
@@ -80,6 +81,7 @@ func TestOpenRejectsBadNamesAndAddresses(t *testing.T) {
 		{"../../etc/x", testAddr},
 		{"a name", testAddr},
 		{"sixteen-chars-xx", testAddr},
+		{"lo", testAddr}, // an interface that is not a test host's: left alone
 		{"wthbad", netip.MustParsePrefix("198.18.205.2/31")},
 		{"wthbad", netip.MustParsePrefix("fd00::2/64")},
 	} {
@@ -87,6 +89,9 @@ func TestOpenRejectsBadNamesAndAddresses(t *testing.T) {
 			h.Close()
 			t.Errorf("Open(%q, %s) succeeded", c.name, c.addr)
 		}
+	}
+	if _, err := net.InterfaceByName("lo"); err != nil {
+		t.Errorf("lo is gone: %v", err)
 	}
 }
 
