@@ -156,31 +156,57 @@ func newStore(t *testing.T) store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if err := st.CreateTeam(context.Background(), store.Team{ID: "t1", Name: "t1", CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	addTeam(t, st, "t1")
 	return st
 }
 
-// build creates a template and runs spec, returning its final status.
+// addTeam adds the team id to the store.
+func addTeam(t *testing.T, st store.Store, id string) {
+	t.Helper()
+	if err := st.CreateTeam(context.Background(), store.Team{ID: id, Name: id, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// build creates a template of team t1 and runs spec, returning its final
+// status.
 func (e *env) build(name string, spec Spec) (Created, Status) {
 	e.t.Helper()
+	return e.buildAs("t1", name, nil, spec)
+}
+
+// buildAs makes a template of team, uploads files (hash → archive) for
+// it and runs spec.
+func (e *env) buildAs(team, name string, files map[string][]byte, spec Spec) (Created, Status) {
+	e.t.Helper()
 	ctx := context.Background()
-	c, err := e.b.Create(ctx, CreateRequest{TeamID: "t1", Name: name})
+	c, err := e.b.Create(ctx, CreateRequest{TeamID: team, Name: name})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, spec); err != nil {
+	for hash, archive := range files {
+		if err := upload(e.t, e.b, team, c.Template.ID, hash, archive); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := e.b.StartBuild(ctx, team, c.Template.ID, c.BuildID, spec); err != nil {
 		e.t.Fatal(err)
 	}
-	return c, e.wait(c.Template.ID, c.BuildID)
+	return c, e.waitAs(team, c.Template.ID, c.BuildID)
 }
 
+// wait waits for a build of team t1 to end (see waitAs).
 func (e *env) wait(templateID, buildID string) Status {
+	e.t.Helper()
+	return e.waitAs("t1", templateID, buildID)
+}
+
+// waitAs waits at most 5 minutes for a build of team to end.
+func (e *env) waitAs(team, templateID, buildID string) Status {
 	e.t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
-		st, err := e.b.Status(context.Background(), "t1", templateID, buildID, 0, 100, "")
+		st, err := e.b.Status(context.Background(), team, templateID, buildID, 0, 100, "")
 		if err != nil {
 			e.t.Fatal(err)
 		}

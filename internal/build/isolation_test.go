@@ -16,50 +16,6 @@ import (
 
 // Hostile uses of the build cache and of build sandboxes.
 
-func addTeam(t *testing.T, st store.Store, id string) {
-	t.Helper()
-	if err := st.CreateTeam(context.Background(), store.Team{ID: id, Name: id, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// buildAs makes a template of team, uploads files (hash → archive) for
-// it and runs spec.
-func (e *env) buildAs(team, name string, files map[string][]byte, spec Spec) (Created, Status) {
-	e.t.Helper()
-	ctx := context.Background()
-	c, err := e.b.Create(ctx, CreateRequest{TeamID: team, Name: name})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for hash, archive := range files {
-		if err := upload(e.t, e.b, team, c.Template.ID, hash, archive); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	if err := e.b.StartBuild(ctx, team, c.Template.ID, c.BuildID, spec); err != nil {
-		e.t.Fatal(err)
-	}
-	return c, e.waitAs(team, c.Template.ID, c.BuildID)
-}
-
-func (e *env) waitAs(team, templateID, buildID string) Status {
-	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		st, err := e.b.Status(context.Background(), team, templateID, buildID, 0, 100, "")
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if st.Build.Status == store.BuildReady || st.Build.Status == store.BuildError {
-			return st
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.t.Fatalf("build %s did not end", buildID)
-	return Status{}
-}
-
 // layerFile reads a file of a template's layer i.
 func (e *env) layerFile(buildID string, i int, name string) string {
 	e.t.Helper()

@@ -182,8 +182,11 @@ func TestEgressDefaultDeny(t *testing.T) {
 	h := newEgressHosts(t)
 	m := newTestManager(t, Config{PoolSize: -1, Resolvers: []netip.Addr{h.private.Addr}})
 	s := acquire(t, m)
-	udp := h.private.ListenUDP(t, 0)
-	inNetns(t, s.NetNSPath, func() {
+	udp, err := h.private.ListenUDP(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testhost.DoInNetNS(t, s.NetNSPath, func() {
 		// First, so that the slot's gateway is resolved (see mustBeRefused).
 		mustReach(t, "an internet host", h.publicAddr(), "public")
 		mustBeRefused(t, "a private host", h.privateAddr())
@@ -220,7 +223,7 @@ func TestEgressAllowPrivate(t *testing.T) {
 	t.Run("one range", func(t *testing.T) {
 		m := newTestManager(t, Config{PoolSize: -1, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("10.201.0.0/24")}})
 		s := acquire(t, m)
-		inNetns(t, s.NetNSPath, func() {
+		testhost.DoInNetNS(t, s.NetNSPath, func() {
 			mustReach(t, "an allowed private host", h.privateAddr(), "private")
 			mustBeRefused(t, "the cloud metadata address", h.metadataAddr())
 			mustReach(t, "an internet host", h.publicAddr(), "public")
@@ -235,11 +238,11 @@ func TestEgressAllowPrivate(t *testing.T) {
 		}})
 		a, b := acquire(t, m), acquire(t, m)
 		var portB int
-		inNetns(t, b.NetNSPath, func() { portB = listen(t, "0.0.0.0:0").Port })
+		testhost.DoInNetNS(t, b.NetNSPath, func() { portB = listen(t, "0.0.0.0:0").Port })
 		hostPort := listen(t, "0.0.0.0:0").Port
 		forwarded := 40000 + a.ID
 		portForward(t, a.HostIP, forwarded, h.privateAddr())
-		inNetns(t, a.NetNSPath, func() {
+		testhost.DoInNetNS(t, a.NetNSPath, func() {
 			mustReach(t, "an allowed private host", h.privateAddr(), "private")
 			mustReach(t, "the allowed metadata address", h.metadataAddr(), "metadata")
 			for what, addr := range map[string]netip.AddrPort{
@@ -266,14 +269,10 @@ func TestEgressAllowPrivate(t *testing.T) {
 // they already have too: New replaces the tables in one batch.
 func TestEgressPolicyChange(t *testing.T) {
 	h := newEgressHosts(t)
-	var echo net.Listener
-	h.private.Do(t, func() {
-		var err error
-		if echo, err = net.Listen("tcp4", netip.AddrPortFrom(h.private.Addr, 0).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { echo.Close() })
+	echo, err := h.private.ListenTCP(0) // closed with the host
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		for {
 			c, err := echo.Accept()
@@ -295,7 +294,7 @@ func TestEgressPolicyChange(t *testing.T) {
 	m := newTestManager(t, Config{PoolSize: -1, AllowPrivate: allowed})
 	s := acquire(t, m)
 	var conn net.Conn
-	inNetns(t, s.NetNSPath, func() {
+	testhost.DoInNetNS(t, s.NetNSPath, func() {
 		var err error
 		if conn, err = net.DialTimeout("tcp4", echoAddr, reachTimeout); err != nil {
 			t.Fatal(err)
@@ -325,13 +324,13 @@ func TestEgressPolicyChange(t *testing.T) {
 	if err := roundTrip("two"); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("an open connection after its range was closed: %v; want it reset", err)
 	}
-	inNetns(t, s.NetNSPath, func() { mustBeRefused(t, "the private host after the change", h.privateAddr()) })
+	testhost.DoInNetNS(t, s.NetNSPath, func() { mustBeRefused(t, "the private host after the change", h.privateAddr()) })
 
 	m.cfg.AllowPrivate = allowed
 	if err := m.installRules(); err != nil {
 		t.Fatal(err)
 	}
-	inNetns(t, s.NetNSPath, func() { mustReach(t, "the private host allowed again", h.privateAddr(), "private") })
+	testhost.DoInNetNS(t, s.NetNSPath, func() { mustReach(t, "the private host allowed again", h.privateAddr(), "private") })
 }
 
 // portForward adds, in a table of the test's own, what a container engine

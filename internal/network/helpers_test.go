@@ -10,14 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // Tests use their own prefix and range, so they never touch the slots or
@@ -130,39 +128,6 @@ func acquire(t testing.TB, m *Manager) *Slot {
 	// Released even when the test stops early; a second Release is harmless.
 	t.Cleanup(func() { m.Release(s) })
 	return s
-}
-
-// inNetns runs f on a throwaway OS thread inside the namespace at path.
-// Sockets f opens stay in that namespace whichever thread uses them later.
-func inNetns(t testing.TB, path string, f func()) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		// Stays set if f calls t.Fatal, which ends this goroutine early.
-		result := errors.New("failed inside the namespace")
-		defer func() { done <- result }()
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			result = err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			result = err
-			return
-		}
-		f()
-		result = nil
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("code inside the namespace did not finish")
-	}
 }
 
 // listen starts a server on addr (in the calling thread's namespace) that

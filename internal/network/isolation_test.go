@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/network/testhost"
 )
 
 // The test's stand-in for the outside world: a namespace of its own behind
@@ -76,10 +78,10 @@ func TestReachabilityAndIsolation(t *testing.T) {
 	}
 
 	var portA, portB, portUp int
-	inNetns(t, a.NetNSPath, func() { portA = listen(t, "0.0.0.0:0").Port })
-	inNetns(t, b.NetNSPath, func() { portB = listen(t, "0.0.0.0:0").Port })
+	testhost.DoInNetNS(t, a.NetNSPath, func() { portA = listen(t, "0.0.0.0:0").Port })
+	testhost.DoInNetNS(t, b.NetNSPath, func() { portB = listen(t, "0.0.0.0:0").Port })
 	var udpUp *net.UDPConn
-	inNetns(t, upNetNS, func() {
+	testhost.DoInNetNS(t, upNetNS, func() {
 		portUp = listen(t, "0.0.0.0:0").Port
 		var err error
 		if udpUp, err = net.ListenUDP("udp4", &net.UDPAddr{}); err != nil {
@@ -102,7 +104,7 @@ func TestReachabilityAndIsolation(t *testing.T) {
 		}
 	}
 
-	inNetns(t, a.NetNSPath, func() {
+	testhost.DoInNetNS(t, a.NetNSPath, func() {
 		mustFail := func(what, addr string, from netip.Addr) {
 			t.Helper()
 			if saw, err := dial(addr, from); err == nil {

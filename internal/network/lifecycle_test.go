@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/network/testhost"
 )
 
 func TestConfigNames(t *testing.T) {
@@ -205,7 +207,7 @@ func TestRestoreAddress(t *testing.T) {
 		t.Errorf("default route after restore: %v", routes)
 	}
 	var port int
-	inNetns(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
+	testhost.DoInNetNS(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
 	if _, err := dialReachable(hostPort(s.SandboxIP, port), netip.Addr{}); err != nil {
 		t.Errorf("host → sandbox after restore: %v", err)
 	}
@@ -255,7 +257,7 @@ func TestReusedAddressInheritsNoFlows(t *testing.T) {
 	m := newTestManager(t, Config{PoolSize: -1, CIDR: netip.MustParsePrefix("10.123.0.0/30")}) // one slot
 	s := acquire(t, m)
 	var port int
-	inNetns(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
+	testhost.DoInNetNS(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
 	var conn net.Conn
 	var err error
 	for deadline := time.Now().Add(reachTimeout); ; time.Sleep(20 * time.Millisecond) {

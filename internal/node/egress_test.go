@@ -25,9 +25,9 @@ func TestSandboxEgress(t *testing.T) {
 			private := testhost.New(t, "wntep", netip.MustParsePrefix("10.201.0.2/24"))
 			metadata := testhost.New(t, "wntem", netip.MustParsePrefix("169.254.169.254/30"))
 			public := testhost.New(t, "wntew", netip.MustParsePrefix("198.18.0.2/30"))
-			privatePort := private.ServeTCP(t, 0, httpReply("private"))
-			metadata.ServeTCP(t, 80, httpReply("metadata"))
-			publicPort := public.ServeTCP(t, 0, httpReply("public"))
+			privatePort := private.ServeTCP(t, 0, testhost.HTTPReply("private"))
+			metadata.ServeTCP(t, 80, testhost.HTTPReply("metadata"))
+			publicPort := public.ServeTCP(t, 0, testhost.HTTPReply("public"))
 			dns := private.ServeDNS(t, map[string]netip.Addr{"probe.warren.test": netip.MustParseAddr("198.18.0.99")})
 			// Each answers the host: what a sandbox cannot reach is refused
 			// by the policy, not missing.
@@ -88,10 +88,6 @@ cat /etc/resolv.conf | grep -v '^#'`, private.Addr, privatePort, metadata.Addr, 
 			})
 		})
 	}
-}
-
-func httpReply(body string) string {
-	return fmt.Sprintf("HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 }
 
 // hostGet fetches from a test host from the host itself and returns the

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,28 +19,16 @@ import (
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
 
-var (
-	syscallsOnce sync.Once
-	syscallsPath string
-	syscallsErr  error
-)
-
-// buildSyscalls builds testdata/syscalls, static, once.
-func buildSyscalls(t testing.TB) string {
-	t.Helper()
-	syscallsOnce.Do(func() {
-		syscallsPath = filepath.Join(fixtureDir, "syscalls")
-		cmd := exec.Command("go", "build", "-o", syscallsPath, "./testdata/syscalls")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			syscallsErr = fmt.Errorf("go build testdata/syscalls: %v\n%s", err, out)
-		}
-	})
-	if syscallsErr != nil {
-		t.Fatal(syscallsErr)
+// buildSyscalls builds testdata/syscalls, static.
+var buildSyscalls = onceFile(func() (string, error) {
+	path := filepath.Join(fixtureDir, "syscalls")
+	cmd := exec.Command("go", "build", "-o", path, "./testdata/syscalls")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build testdata/syscalls: %v\n%s", err, out)
 	}
-	return syscallsPath
-}
+	return path, nil
+})
 
 // envdSh runs script with sh in the sandbox at ip through envd, as user,
 // and returns its combined output and exit code.

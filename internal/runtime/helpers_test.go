@@ -73,40 +73,26 @@ func (w tlog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-var (
-	envdOnce sync.Once
-	envdPath string
-	envdErr  error
-)
-
-// buildEnvd builds the real envd, static, once.
-func buildEnvd(t testing.TB) string {
-	t.Helper()
-	envdOnce.Do(func() {
-		envdPath, envdErr = testenv.BuildEnvd(fixtureDir)
-	})
-	if envdErr != nil {
-		t.Fatal(envdErr)
+// onceFile makes a fixture file once per test binary, the first time a
+// test asks for it, and fails every test that asks when making it failed.
+func onceFile(build func() (string, error)) func(testing.TB) string {
+	get := sync.OnceValues(build)
+	return func(t testing.TB) string {
+		t.Helper()
+		path, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	return envdPath
 }
 
-var (
-	rootfsOnce sync.Once
-	rootfsPath string
-	rootfsErr  error
-)
+// buildEnvd builds the real envd, static.
+var buildEnvd = onceFile(func() (string, error) { return testenv.BuildEnvd(fixtureDir) })
 
 // busyboxRootfs builds a ~2 MB rootfs: static busybox with its applets,
 // root and a `user` account. Used as the read-only lower layer.
-func busyboxRootfs(t testing.TB) string {
-	t.Helper()
-	rootfsOnce.Do(func() { rootfsPath, rootfsErr = makeBusyboxRootfs(filepath.Join(fixtureDir, "rootfs")) })
-	if rootfsErr != nil {
-		t.Fatal(rootfsErr)
-	}
-	return rootfsPath
-}
+var busyboxRootfs = onceFile(func() (string, error) { return makeBusyboxRootfs(filepath.Join(fixtureDir, "rootfs")) })
 
 func makeBusyboxRootfs(dir string) (string, error) {
 	bb, err := exec.LookPath("busybox")

@@ -100,16 +100,7 @@ func TestWarmPoolIsAdmittedToo(t *testing.T) {
 	// Room for one 256 MB sandbox: the pool of 2 starts only one.
 	e := start(t, newStore(t), Config{PoolSize: 2, NodeCPUs: 64, NodeMemoryMB: 300, MemoryOvercommit: 1})
 	defer e.destroy()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, warm := e.mgr.Count(); warm == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pool did not start its first sandbox within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.waitWarm(1)
 	time.Sleep(2 * time.Second) // the filler retries every second
 	e.mgr.mu.Lock()
 	u := e.mgr.usedLocked()

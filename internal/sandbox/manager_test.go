@@ -159,6 +159,21 @@ func (e *env) create(req CreateRequest) (store.Sandbox, error) {
 	return e.mgr.Create(ctx, req)
 }
 
+// waitWarm waits until the warm pools hold n sandboxes, at most 30 s.
+func (e *env) waitWarm(n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, warm := e.mgr.Count(); warm == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the warm pool did not reach %d sandboxes within 30 s", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // envdEnv asks envd for its default environment, with the sandbox's token.
 func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
 	l, err := m.lookup("", rec.ID)
@@ -180,16 +195,7 @@ func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
 func TestWarmPoolClaimPushesIdentityEnvsAndToken(t *testing.T) {
 	e := start(t, newStore(t), Config{PoolSize: 1})
 	defer e.destroy()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, warm := e.mgr.Count(); warm == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pool did not fill within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.waitWarm(1)
 	e.mgr.mu.Lock()
 	w := <-e.mgr.pools["base"].ready
 	e.mgr.pools["base"].ready <- w // peek

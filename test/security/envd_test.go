@@ -95,13 +95,43 @@ func unauthorized(err error) bool {
 	return connect.CodeOf(err) == connect.CodeUnauthenticated
 }
 
+// unaryRoute is the unary RPC call of envd, called with msg.
+func unaryRoute[Req, Res any](sb *sandbox, name string, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req) envdRoute {
+	return envdRoute{name, func(ctx context.Context, token string) error {
+		r := connect.NewRequest(msg)
+		envdHeaders(r.Header(), sb.ID, token, "user")
+		_, err := call(ctx, r)
+		return err
+	}}
+}
+
+// serverStreamRoute is the server-streaming RPC call of envd, called with
+// msg and read to its end, for at most timeout.
+func serverStreamRoute[Req, Res any](sb *sandbox, name string, call func(context.Context, *connect.Request[Req]) (*connect.ServerStreamForClient[Res], error), msg *Req, timeout time.Duration) envdRoute {
+	return envdRoute{name, func(ctx context.Context, token string) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		r := connect.NewRequest(msg)
+		envdHeaders(r.Header(), sb.ID, token, "user")
+		st, err := call(ctx, r)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for st.Receive() {
+		}
+		return st.Err()
+	}}
+}
+
 // envdRoutes are all of envd's routes but /health, with harmless
 // arguments: on a build that lets them through they must not hurt.
 func envdRoutes(sb *sandbox) []envdRoute {
 	fs := filesystemconnect.NewFilesystemClient(proxyClient, S.srv.proxyURL)
 	pc := processconnect.NewProcessClient(proxyClient, S.srv.proxyURL)
 	nobody := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: 999999}}
-	unary := func(name string, f func(ctx context.Context, h func(http.Header)) error) envdRoute {
+	// stream is a streaming RPC called by hand: f sets the headers with h.
+	stream := func(name string, f func(ctx context.Context, h func(http.Header)) error) envdRoute {
 		return envdRoute{name, func(ctx context.Context, token string) error {
 			return f(ctx, func(h http.Header) { envdHeaders(h, sb.ID, token, "user") })
 		}}
@@ -124,37 +154,12 @@ func envdRoutes(sb *sandbox) []envdRoute {
 		}}
 	}
 	return []envdRoute{
-		unary("Filesystem.Stat", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.StatRequest{Path: "/etc/hostname"})
-			h(r.Header())
-			_, err := fs.Stat(ctx, r)
-			return err
-		}),
-		unary("Filesystem.MakeDir", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.MakeDirRequest{Path: "/tmp/sec-made-dir"})
-			h(r.Header())
-			_, err := fs.MakeDir(ctx, r)
-			return err
-		}),
-		unary("Filesystem.Move", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.MoveRequest{Source: "/tmp/sec-none", Destination: "/tmp/sec-none2"})
-			h(r.Header())
-			_, err := fs.Move(ctx, r)
-			return err
-		}),
-		unary("Filesystem.ListDir", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.ListDirRequest{Path: "/"})
-			h(r.Header())
-			_, err := fs.ListDir(ctx, r)
-			return err
-		}),
-		unary("Filesystem.Remove", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.RemoveRequest{Path: "/tmp/sec-none"})
-			h(r.Header())
-			_, err := fs.Remove(ctx, r)
-			return err
-		}),
-		unary("Filesystem.WatchDir", func(ctx context.Context, h func(http.Header)) error {
+		unaryRoute(sb, "Filesystem.Stat", fs.Stat, &fspb.StatRequest{Path: "/etc/hostname"}),
+		unaryRoute(sb, "Filesystem.MakeDir", fs.MakeDir, &fspb.MakeDirRequest{Path: "/tmp/sec-made-dir"}),
+		unaryRoute(sb, "Filesystem.Move", fs.Move, &fspb.MoveRequest{Source: "/tmp/sec-none", Destination: "/tmp/sec-none2"}),
+		unaryRoute(sb, "Filesystem.ListDir", fs.ListDir, &fspb.ListDirRequest{Path: "/"}),
+		unaryRoute(sb, "Filesystem.Remove", fs.Remove, &fspb.RemoveRequest{Path: "/tmp/sec-none"}),
+		stream("Filesystem.WatchDir", func(ctx context.Context, h func(http.Header)) error {
 			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
 			r := connect.NewRequest(&fspb.WatchDirRequest{Path: "/tmp"})
@@ -169,65 +174,14 @@ func envdRoutes(sb *sandbox) []envdRoute {
 			}
 			return st.Err()
 		}),
-		unary("Filesystem.CreateWatcher", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/tmp"})
-			h(r.Header())
-			_, err := fs.CreateWatcher(ctx, r)
-			return err
-		}),
-		unary("Filesystem.GetWatcherEvents", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: "sec-none"})
-			h(r.Header())
-			_, err := fs.GetWatcherEvents(ctx, r)
-			return err
-		}),
-		unary("Filesystem.RemoveWatcher", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: "sec-none"})
-			h(r.Header())
-			_, err := fs.RemoveWatcher(ctx, r)
-			return err
-		}),
-		unary("Process.List", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&pb.ListRequest{})
-			h(r.Header())
-			_, err := pc.List(ctx, r)
-			return err
-		}),
-		unary("Process.Start", func(ctx context.Context, h func(http.Header)) error {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			r := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}})
-			h(r.Header())
-			st, err := pc.Start(ctx, r)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			for st.Receive() {
-			}
-			return st.Err()
-		}),
-		unary("Process.Connect", func(ctx context.Context, h func(http.Header)) error {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			r := connect.NewRequest(&pb.ConnectRequest{Process: nobody})
-			h(r.Header())
-			st, err := pc.Connect(ctx, r)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			for st.Receive() {
-			}
-			return st.Err()
-		}),
-		unary("Process.Update", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&pb.UpdateRequest{Process: nobody})
-			h(r.Header())
-			_, err := pc.Update(ctx, r)
-			return err
-		}),
-		unary("Process.StreamInput", func(ctx context.Context, h func(http.Header)) error {
+		unaryRoute(sb, "Filesystem.CreateWatcher", fs.CreateWatcher, &fspb.CreateWatcherRequest{Path: "/tmp"}),
+		unaryRoute(sb, "Filesystem.GetWatcherEvents", fs.GetWatcherEvents, &fspb.GetWatcherEventsRequest{WatcherId: "sec-none"}),
+		unaryRoute(sb, "Filesystem.RemoveWatcher", fs.RemoveWatcher, &fspb.RemoveWatcherRequest{WatcherId: "sec-none"}),
+		unaryRoute(sb, "Process.List", pc.List, &pb.ListRequest{}),
+		serverStreamRoute(sb, "Process.Start", pc.Start, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}}, 10*time.Second),
+		serverStreamRoute(sb, "Process.Connect", pc.Connect, &pb.ConnectRequest{Process: nobody}, 5*time.Second),
+		unaryRoute(sb, "Process.Update", pc.Update, &pb.UpdateRequest{Process: nobody}),
+		stream("Process.StreamInput", func(ctx context.Context, h func(http.Header)) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			st := pc.StreamInput(ctx)
@@ -236,24 +190,9 @@ func envdRoutes(sb *sandbox) []envdRoute {
 			_, err := st.CloseAndReceive()
 			return err
 		}),
-		unary("Process.SendInput", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&pb.SendInputRequest{Process: nobody, Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("x")}}})
-			h(r.Header())
-			_, err := pc.SendInput(ctx, r)
-			return err
-		}),
-		unary("Process.SendSignal", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&pb.SendSignalRequest{Process: nobody, Signal: pb.Signal_SIGNAL_SIGTERM})
-			h(r.Header())
-			_, err := pc.SendSignal(ctx, r)
-			return err
-		}),
-		unary("Process.CloseStdin", func(ctx context.Context, h func(http.Header)) error {
-			r := connect.NewRequest(&pb.CloseStdinRequest{Process: nobody})
-			h(r.Header())
-			_, err := pc.CloseStdin(ctx, r)
-			return err
-		}),
+		unaryRoute(sb, "Process.SendInput", pc.SendInput, &pb.SendInputRequest{Process: nobody, Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("x")}}}),
+		unaryRoute(sb, "Process.SendSignal", pc.SendSignal, &pb.SendSignalRequest{Process: nobody, Signal: pb.Signal_SIGNAL_SIGTERM}),
+		unaryRoute(sb, "Process.CloseStdin", pc.CloseStdin, &pb.CloseStdinRequest{Process: nobody}),
 		plain("GET", "/files?"+query("path", "/etc/hostname"), ""),
 		plain("POST", "/files?"+query("path", "/tmp/sec-upload"), "x"),
 		plain("POST", "/files/compose", `{"source_paths":["/tmp/sec-none"],"destination":"/tmp/sec-none2"}`),

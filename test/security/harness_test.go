@@ -570,19 +570,15 @@ func mountOptions(prefix string) map[string]string {
 	return out
 }
 
-func netnsWithPrefix(prefix string) []string {
-	ents, _ := os.ReadDir("/var/run/netns")
-	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+// netnsWithPrefix lists the pinned network namespaces named prefix….
+func netnsWithPrefix(prefix string) []string { return namesWithPrefix("/var/run/netns", prefix) }
 
-func linksWithPrefix(prefix string) []string {
-	ents, _ := os.ReadDir("/sys/class/net")
+// linksWithPrefix lists the network interfaces named prefix….
+func linksWithPrefix(prefix string) []string { return namesWithPrefix("/sys/class/net", prefix) }
+
+// namesWithPrefix lists the entries of dir whose names begin with prefix.
+func namesWithPrefix(dir, prefix string) []string {
+	ents, _ := os.ReadDir(dir)
 	var out []string
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), prefix) {

@@ -101,15 +101,14 @@ func TestSandboxReachesAnotherSandbox(t *testing.T) {
 func TestSandboxReachesPrivateRanges(t *testing.T) {
 	afterCase(t)
 	sb := mustCreate(t, S.teamA, createOpts{})
-	h := S.hosts
-	before := h.priv.served.Load() + h.meta.served.Load() + h.dns.served.Load()
+	before := S.hosts.accepted()
 	mustFailFast(t, "sandbox → private and link-local ranges", probe(t, sb, []string{
 		fmt.Sprintf("%s:%d", privHostAddr, privHostPort),
 		fmt.Sprintf("%s:%d", metaHostAddr, metaHostPort),
 		// The resolver is allowed on port 53 only.
 		fmt.Sprintf("%s:%d", dnsHostAddr, dnsOtherPort),
 	}))
-	if n := h.priv.served.Load() + h.meta.served.Load() + h.dns.served.Load() - before; n > 0 {
+	if n := S.hosts.accepted() - before; n > 0 {
 		t.Errorf("the test hosts accepted %d connections from a sandbox", n)
 	}
 }

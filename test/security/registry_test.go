@@ -97,11 +97,8 @@ func TestRegistryPullFromLoopbackOrPrivate(t *testing.T) {
 		}
 	})
 	t.Run("private range", func(t *testing.T) {
-		var ln net.Listener
-		if err := S.hosts.priv.inNS(func() (err error) {
-			ln, err = net.Listen("tcp4", privHostAddr+":5000")
-			return err
-		}); err != nil {
+		ln, err := S.hosts.priv.ListenTCP(5000)
+		if err != nil {
 			t.Fatal(err)
 		}
 		ref := serveRegistry(t, ln)

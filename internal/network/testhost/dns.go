@@ -22,28 +22,51 @@ type DNS struct {
 	records map[string]netip.Addr // lower-case, fully qualified ("name.")
 	udp     atomic.Int64
 	tcp     atomic.Int64
+	pc      *net.UDPConn
+	ln      *net.TCPListener
 }
 
-// ServeDNS starts a DNS server on the test host that resolves each name of
-// records (e.g. "probe.warren.test") to its IPv4 address.
-func (h *Host) ServeDNS(t testing.TB, records map[string]netip.Addr) *DNS {
-	t.Helper()
+// StartDNS starts a DNS server on the test host that resolves each name of
+// records (e.g. "probe.warren.test") to its IPv4 address. It stops at the
+// host's Close, or its own.
+func (h *Host) StartDNS(records map[string]netip.Addr) (*DNS, error) {
 	d := &DNS{records: map[string]netip.Addr{}}
 	for name, addr := range records {
 		d.records[strings.ToLower(strings.TrimSuffix(name, "."))+"."] = addr
 	}
-	pc := h.ListenUDP(t, 53)
-	var ln net.Listener
-	h.Do(t, func() {
-		var err error
-		if ln, err = net.Listen("tcp4", netip.AddrPortFrom(h.Addr, 53).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { ln.Close() })
-	go d.serveUDP(pc)
-	go d.serveTCP(ln)
+	var err error
+	if d.pc, err = h.ListenUDP(53); err != nil {
+		return nil, err
+	}
+	if d.ln, err = h.ListenTCP(53); err != nil {
+		d.pc.Close()
+		return nil, err
+	}
+	go d.serveUDP(d.pc)
+	go d.serveTCP(d.ln)
+	return d, nil
+}
+
+// ServeDNS is StartDNS for a test: the server stops at the end of the test.
+func (h *Host) ServeDNS(t testing.TB, records map[string]netip.Addr) *DNS {
+	t.Helper()
+	d, err := h.StartDNS(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// Close stops the server; after the host's Close it does nothing.
+func (d *DNS) Close() error {
+	var errs []error
+	for _, err := range []error{d.pc.Close(), d.ln.Close()} {
+		if !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Queries returns how many queries arrived over UDP and over TCP.
