@@ -52,14 +52,17 @@
 // # Isolation
 //
 // Packets from a slot's veth that are addressed to the host itself (any of
-// its addresses) are dropped unless they answer a connection the host
-// opened: the platform dials into sandboxes, sandboxes never reach host
-// services. Packets from one slot to another are dropped, and so is IPv6
-// from slots (slots are IPv4-only). Packets whose source address does not
-// belong to the slot they came from are dropped before conntrack sees them,
-// so a sandbox can neither pose as another nor leak spoofed traffic. A new
-// connection from a slot to a host address is dropped before the host's own
-// port forwards (DNAT) could send it elsewhere.
+// its addresses) are refused (TCP reset, else ICMP admin-prohibited) unless
+// they answer a connection the host opened: the platform dials into
+// sandboxes, sandboxes never reach host services. Packets from one slot to
+// another are refused the same way, and IPv6 from slots is dropped (slots
+// are IPv4-only). Packets whose source address does not belong to the slot
+// they came from are dropped before conntrack sees them, so a sandbox can
+// neither pose as another nor leak spoofed traffic. A new connection from a
+// slot to a host address is refused before the host's own port forwards
+// (DNAT) could send it elsewhere. The range itself has an unreachable route
+// (route.go), below each slot's own /30: the host's packets to a released
+// address fail at once instead of leaving through the default route.
 //
 // The egress policy (egress.go) comes after those rules: destinations in
 // BlockedRanges (private, CGNAT, link-local, loopback, multicast, reserved)

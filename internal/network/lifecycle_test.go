@@ -285,6 +285,29 @@ func TestReusedAddressInheritsNoFlows(t *testing.T) {
 	}
 }
 
+// TestReleasedAddressIsUnreachable checks that the host's packets to a
+// released sandbox address (a connection the proxy still held, say) fail
+// at once with EHOSTUNREACH instead of leaving through the default route
+// towards a private address outside the machine.
+func TestReleasedAddressIsUnreachable(t *testing.T) {
+	m := newTestManager(t, Config{PoolSize: -1, CIDR: netip.MustParsePrefix("10.123.0.0/29")}) // two slots
+	s := acquire(t, m)
+	if err := m.Release(s); err != nil {
+		t.Fatal(err)
+	}
+	if dev, err := testhost.RouteDev(s.SandboxIP); err == nil {
+		t.Fatalf("the released address %s routes through %q", s.SandboxIP, dev)
+	}
+	start := time.Now()
+	_, err := net.DialTimeout("tcp4", hostPort(s.SandboxIP, 80), 5*time.Second)
+	if !errors.Is(err, unix.EHOSTUNREACH) {
+		t.Fatalf("dial of a released address: %v, want EHOSTUNREACH", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the dial failed only after %v", d)
+	}
+}
+
 func flowsTo(t *testing.T, ip netip.Addr) int {
 	t.Helper()
 	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)

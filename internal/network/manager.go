@@ -77,6 +77,11 @@ func New(cfg Config) (*Manager, error) {
 		h.Close()
 		return nil, err
 	}
+	if err := m.installRangeRoute(); err != nil {
+		_ = m.removeRules()
+		h.Close()
+		return nil, err
+	}
 	m.warnLocalResolvers()
 	if cfg.PoolSize > 0 {
 		m.active.Add(1)
@@ -183,7 +188,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	if !m.anyInUse() {
-		errs = append(errs, m.removeRules())
+		errs = append(errs, m.removeRules(), m.removeRangeRoute())
 	}
 	return errors.Join(errs...)
 }
@@ -192,7 +197,7 @@ func (m *Manager) Close() error {
 // slots are still out (tests, uninstall).
 // The manager must not be used afterwards.
 func (m *Manager) Destroy() error {
-	err := errors.Join(m.Close(), m.removeRules())
+	err := errors.Join(m.Close(), m.removeRules(), m.removeRangeRoute())
 	m.nl.Close()
 	return err
 }
