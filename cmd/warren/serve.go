@@ -16,7 +16,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
@@ -26,6 +25,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 type serveFlags struct {
@@ -88,7 +88,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
 	fs.IntVar(&f.maxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
 	fs.Var(&f.insecureRegistries, "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
-	fs.IntVar(&f.buildDiskMB, "build-disk-mb", build.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
+	fs.IntVar(&f.buildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(ctx, f, log)
@@ -194,7 +194,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if f.maxUploadMB <= 0 {
 		return fmt.Errorf("--max-upload-mb must be positive")
 	}
-	builder, err := build.New(build.Config{
+	builder, err := template.New(template.Config{
 		Store: st, Images: images, Node: n, NodeName: f.nodeName, Concurrency: f.builds,
 		RegistryMirror: f.registryMirror, InsecureRegistries: f.insecureRegistries,
 		MaxUploadBytes: int64(f.maxUploadMB) << 20, BuildDiskMB: f.buildDiskMB, Logger: log,

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/buildclient"
 	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/templateclient"
 )
 
 const templateUsage = `usage: warren template build --name NAME[:TAG] [-f DOCKERFILE] [--cpu N] [--memory MB]
@@ -77,14 +77,14 @@ func runTemplate(ctx context.Context, args []string) error {
 	start := time.Now()
 	elapsed := func() string { return fmt.Sprintf("[%6.1fs]", time.Since(start).Seconds()) }
 	fmt.Printf("%s building %s from %s at %s\n", elapsed(), *name, *dockerfile, *apiURL)
-	res, err := buildclient.New(*apiURL, key).Build(ctx, buildclient.BuildOptions{
+	res, err := templateclient.New(*apiURL, key).Build(ctx, templateclient.BuildOptions{
 		Name:       *name,
 		Dockerfile: string(text),
 		ContextDir: dir,
 		CPUCount:   *cpu,
 		MemoryMB:   *memory,
 		Force:      *force,
-		Progress:   func(e buildclient.Event) { fmt.Println(elapsed() + " " + formatEvent(e)) },
+		Progress:   func(e templateclient.Event) { fmt.Println(elapsed() + " " + formatEvent(e)) },
 	})
 	if err != nil {
 		return err
@@ -95,7 +95,7 @@ func runTemplate(ctx context.Context, args []string) error {
 
 // formatEvent is a progress line without its time: "step 2  message",
 // "step 3  warn  message", "status building".
-func formatEvent(e buildclient.Event) string {
+func formatEvent(e templateclient.Event) string {
 	if e.Message == "" {
 		return "status " + e.Status
 	}

@@ -5,9 +5,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // Sandboxes is what the API needs of the sandbox manager
@@ -25,16 +25,16 @@ type Sandboxes interface {
 	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
 }
 
-// Templates is what the API needs of the template builder (*build.Builder).
+// Templates is what the API needs of the template builder (*template.Builder).
 type Templates interface {
-	Create(ctx context.Context, req build.CreateRequest) (build.Created, error)
+	Create(ctx context.Context, req template.CreateRequest) (template.Created, error)
 	FileStatus(ctx context.Context, teamID, templateID, hash, apiURL string) (present bool, uploadURL string, err error)
 	Upload(ctx context.Context, templateID, hash, expires, signature string, body io.Reader) error
-	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec build.Spec) error
-	Status(ctx context.Context, teamID, templateID, buildID string, offset, limit int, minLevel string) (build.Status, error)
-	Rebuild(ctx context.Context, teamID, templateID string, req build.RebuildRequest) (build.TemplateInfo, error)
-	List(ctx context.Context, teamID string) ([]build.TemplateInfo, error)
-	Get(ctx context.Context, teamID, ref string) (build.TemplateInfo, error)
+	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec template.Spec) error
+	Status(ctx context.Context, teamID, templateID, buildID string, offset, limit int, minLevel string) (template.Status, error)
+	Rebuild(ctx context.Context, teamID, templateID string, req template.RebuildRequest) (template.TemplateInfo, error)
+	List(ctx context.Context, teamID string) ([]template.TemplateInfo, error)
+	Get(ctx context.Context, teamID, ref string) (template.TemplateInfo, error)
 	Delete(ctx context.Context, teamID, ref string) error
 	Alias(ctx context.Context, teamID, name string) (store.Template, error)
 	AssignTags(ctx context.Context, teamID, target string, tags []string) (string, []string, error)
@@ -44,5 +44,5 @@ type Templates interface {
 
 var (
 	_ Sandboxes = (*sandbox.Manager)(nil)
-	_ Templates = (*build.Builder)(nil)
+	_ Templates = (*template.Builder)(nil)
 )

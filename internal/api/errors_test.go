@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // A secret-looking detail an internal error must never carry to a client.
@@ -89,7 +89,7 @@ func TestErrorsUsersNeedStay(t *testing.T) {
 			t.Errorf("%v: no request ID header", c.err)
 		}
 	}
-	hs.templates.err = fmt.Errorf("%w: build b1 was already started", build.ErrConflict)
+	hs.templates.err = fmt.Errorf("%w: build b1 was already started", template.ErrConflict)
 	w := hs.do("POST", "/v2/templates/tpl1/builds/b1", keyTeam1, `{}`)
 	if code, msg := errorBody(t, w); code != 409 || !strings.Contains(msg, "already started") {
 		t.Errorf("builder conflict: %d %q", code, msg)

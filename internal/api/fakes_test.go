@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // The handlers are tested through New with fakes of the store (keys
@@ -120,9 +120,9 @@ type fakeTemplates struct {
 	uploaded      int64
 }
 
-func (f *fakeTemplates) Create(_ context.Context, req build.CreateRequest) (build.Created, error) {
+func (f *fakeTemplates) Create(_ context.Context, req template.CreateRequest) (template.Created, error) {
 	f.called("Create")
-	return build.Created{Template: store.Template{ID: "tpl1"}, BuildID: "b1", Tags: []string{"default"}}, f.err
+	return template.Created{Template: store.Template{ID: "tpl1"}, BuildID: "b1", Tags: []string{"default"}}, f.err
 }
 
 func (f *fakeTemplates) FileStatus(context.Context, string, string, string, string) (bool, string, error) {
@@ -133,7 +133,7 @@ func (f *fakeTemplates) FileStatus(context.Context, string, string, string, stri
 func (f *fakeTemplates) Upload(_ context.Context, templateID, hash, expires, signature string, body io.Reader) error {
 	f.called("Upload")
 	if signature != "good" {
-		return build.ErrForbidden
+		return template.ErrForbidden
 	}
 	n, err := io.Copy(io.Discard, body)
 	f.mu.Lock()
@@ -145,29 +145,29 @@ func (f *fakeTemplates) Upload(_ context.Context, templateID, hash, expires, sig
 	return f.err
 }
 
-func (f *fakeTemplates) StartBuild(context.Context, string, string, string, build.Spec) error {
+func (f *fakeTemplates) StartBuild(context.Context, string, string, string, template.Spec) error {
 	f.called("StartBuild")
 	return f.err
 }
 
-func (f *fakeTemplates) Status(context.Context, string, string, string, int, int, string) (build.Status, error) {
+func (f *fakeTemplates) Status(context.Context, string, string, string, int, int, string) (template.Status, error) {
 	f.called("Status")
-	return build.Status{}, f.err
+	return template.Status{}, f.err
 }
 
-func (f *fakeTemplates) Rebuild(context.Context, string, string, build.RebuildRequest) (build.TemplateInfo, error) {
+func (f *fakeTemplates) Rebuild(context.Context, string, string, template.RebuildRequest) (template.TemplateInfo, error) {
 	f.called("Rebuild")
-	return build.TemplateInfo{}, f.err
+	return template.TemplateInfo{}, f.err
 }
 
-func (f *fakeTemplates) List(context.Context, string) ([]build.TemplateInfo, error) {
+func (f *fakeTemplates) List(context.Context, string) ([]template.TemplateInfo, error) {
 	f.called("List")
 	return nil, f.err
 }
 
-func (f *fakeTemplates) Get(context.Context, string, string) (build.TemplateInfo, error) {
+func (f *fakeTemplates) Get(context.Context, string, string) (template.TemplateInfo, error) {
 	f.called("Get")
-	return build.TemplateInfo{}, f.err
+	return template.TemplateInfo{}, f.err
 }
 
 func (f *fakeTemplates) Delete(context.Context, string, string) error {

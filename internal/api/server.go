@@ -39,11 +39,11 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/auth"
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // Timeouts a create request gets when it names none: the seed's 15 s on
@@ -158,7 +158,7 @@ func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(stri
 // isUpload tells the template file upload, whose URL is signed: it needs
 // no credentials and its body is an archive, not JSON.
 func isUpload(r *http.Request) bool {
-	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, build.UploadPathPrefix)
+	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, template.UploadPathPrefix)
 }
 
 // authenticate resolves the caller's team from X-API-Key, or from an

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // The template endpoints: POST /v3/templates, file uploads, build start
@@ -19,15 +19,15 @@ import (
 // failTemplate maps the builder's errors to statuses.
 func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, build.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, template.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, build.ErrInvalid):
+	case errors.Is(err, template.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, build.ErrTooLarge):
+	case errors.Is(err, template.ErrTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
-	case errors.Is(err, build.ErrForbidden):
+	case errors.Is(err, template.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
-	case errors.Is(err, build.ErrConflict), errors.Is(err, store.ErrConflict):
+	case errors.Is(err, template.ErrConflict), errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		writeError(w, 499, "client closed request")
@@ -57,7 +57,7 @@ func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = deref(body.Alias) // deprecated spelling
 	}
-	c, err := b.Create(r.Context(), build.CreateRequest{
+	c, err := b.Create(r.Context(), template.CreateRequest{
 		TeamID: teamOf(r), Name: name, Tags: deref(body.Tags),
 		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
 	})
@@ -120,20 +120,20 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 	if !readJSON(w, r, &body, false) {
 		return
 	}
-	spec := build.Spec{
+	spec := template.Spec{
 		FromImage: deref(body.FromImage), FromTemplate: deref(body.FromTemplate),
 		StartCmd: deref(body.StartCmd), ReadyCmd: deref(body.ReadyCmd), Force: deref(body.Force),
-		Steps: []build.Step{},
+		Steps: []template.Step{},
 	}
 	if reg := body.FromImageRegistry; reg != nil {
-		spec.FromImageRegistry = &build.RegistryAuth{
+		spec.FromImageRegistry = &template.RegistryAuth{
 			Type: reg.Type, Username: deref(reg.Username), Password: deref(reg.Password),
 			AwsAccessKeyID: deref(reg.AwsAccessKeyId), AwsSecretAccessKey: deref(reg.AwsSecretAccessKey),
 			AwsRegion: deref(reg.AwsRegion), ServiceAccountJSON: deref(reg.ServiceAccountJson),
 		}
 	}
 	for _, st := range deref(body.Steps) {
-		spec.Steps = append(spec.Steps, build.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
+		spec.Steps = append(spec.Steps, template.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
 	}
 	if s.diskFull(w, r) {
 		return
@@ -214,7 +214,7 @@ func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templat
 	if s.diskFull(w, r) {
 		return
 	}
-	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, build.RebuildRequest{
+	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, template.RebuildRequest{
 		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
 		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
 	})
@@ -227,11 +227,11 @@ func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templat
 
 // templateOf is a template as GET /templates lists it: its newest build
 // (what buildID and buildStatus describe) and its counters.
-func templateOf(t build.TemplateInfo) gen.Template {
+func templateOf(t template.TemplateInfo) gen.Template {
 	out := gen.Template{
 		TemplateID: t.ID, CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB), DiskSizeMB: int32(t.DiskSizeMB),
 		Public: t.Public, Aliases: orEmptyList(t.Names), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
-		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: build.EnvdVersion,
+		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: template.EnvdVersion,
 		LastSpawnedAt: timeOrNil(t.LastSpawnedAt),
 	}
 	names := orEmptyList(t.Names)

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/build"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // An upload over --max-upload-mb is refused with 413 and E2B's error
@@ -37,11 +37,11 @@ func TestUploadTooLargeIs413(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The builder never starts a sandbox here: a node it does not use.
-	b, err := build.New(build.Config{Store: st, Images: images, Node: &node.Node{}, MaxUploadBytes: 4096})
+	b, err := template.New(template.Config{Store: st, Images: images, Node: &node.Node{}, MaxUploadBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := b.Create(ctx, build.CreateRequest{TeamID: "t1", Name: "app"})
+	c, err := b.Create(ctx, template.CreateRequest{TeamID: "t1", Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/buildclient"
+	"github.com/warren-sandbox/warren/internal/templateclient"
 )
 
 // built is a finished template build.
 type built struct {
 	TemplateID, BuildID, Status string
-	// Err is the build's error (a *buildclient.BuildError when it ended
+	// Err is the build's error (a *templateclient.BuildError when it ended
 	// in the error status).
 	Err error
 	// Logs are the build's log messages, with their steps.
@@ -57,17 +57,17 @@ func buildDockerfile(t *testing.T, tm team, name, dockerfile string, files map[s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c := buildclient.New(S.srv.apiURL, tm.key)
+	c := templateclient.New(S.srv.apiURL, tm.key)
 	var b built
-	res, err := c.Build(ctx, buildclient.BuildOptions{Name: name, Dockerfile: dockerfile, ContextDir: dir,
-		Progress: func(e buildclient.Event) {
+	res, err := c.Build(ctx, templateclient.BuildOptions{Name: name, Dockerfile: dockerfile, ContextDir: dir,
+		Progress: func(e templateclient.Event) {
 			if e.Message != "" {
 				b.Logs = append(b.Logs, fmt.Sprintf("[%s] | %s", e.Step, e.Message))
 			}
 		}})
 	b.TemplateID, b.BuildID, b.Status, b.Err = res.TemplateID, res.BuildID, res.Status, err
-	var be *buildclient.BuildError
-	var ae *buildclient.APIError
+	var be *templateclient.BuildError
+	var ae *templateclient.APIError
 	switch {
 	case err == nil, errors.As(err, &be):
 	case errors.As(err, &ae):

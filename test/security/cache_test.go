@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/buildclient"
+	"github.com/warren-sandbox/warren/internal/templateclient"
 )
 
 // The layer cache must never hand one team's layer to another: team B's
@@ -135,7 +135,7 @@ func victimSpec(t *testing.T, dockerfile string, files map[string]string) map[st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	buildclient.New(fake.URL, "e2b_unused").Build(ctx, buildclient.BuildOptions{Name: "victim", Dockerfile: dockerfile, ContextDir: dir})
+	templateclient.New(fake.URL, "e2b_unused").Build(ctx, templateclient.BuildOptions{Name: "victim", Dockerfile: dockerfile, ContextDir: dir})
 	if spec == nil {
 		t.Fatal("the SDK's call sequence did not reach the build start")
 	}

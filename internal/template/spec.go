@@ -1,4 +1,4 @@
-package build
+package template
 
 // Spec is what a build makes: a base, steps in order, and the start and
 // ready commands. It is the SDK's TemplateBuildStartV2 body; a Dockerfile

@@ -1,4 +1,4 @@
-package buildclient
+package templateclient
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package buildclient
+package templateclient
 
 import (
 	"archive/tar"
@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 const testKey = "e2b_testkey"
@@ -34,7 +34,7 @@ type fakeAPI struct {
 	created   map[string]any    // the POST /v3/templates body
 	present   map[string]bool   // file hashes the server has
 	uploads   map[string][]byte // hash → uploaded body
-	spec      *build.Spec       // the build start body
+	spec      *template.Spec    // the build start body
 	offsets   []int             // logsOffset of each status poll
 	statuses  []buildInfo       // what successive polls return (the last one repeats, minus entries)
 	uploadErr int               // status for uploads, if not 0
@@ -106,7 +106,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Content-Type") != "application/json" {
 			f.t.Errorf("build start Content-Type %q", r.Header.Get("Content-Type"))
 		}
-		f.spec = &build.Spec{}
+		f.spec = &template.Spec{}
 		if err := json.NewDecoder(r.Body).Decode(f.spec); err != nil {
 			f.t.Errorf("build start body: %v", err)
 		}
@@ -234,7 +234,7 @@ func TestClientBuild(t *testing.T) {
 	}
 
 	// The spec sent is the parsed Dockerfile with the hashes filled in.
-	want, err := build.ParseDockerfile(testDockerfile)
+	want, err := template.ParseDockerfile(testDockerfile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 // /v2/templates/{id}/builds/{buildID}) and poll its status and logs (GET
 // /templates/{id}/builds/{buildID}/status?logsOffset=N). So it works
 // against any E2B-compatible server, not only Warren.
-package buildclient
+package templateclient
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/build"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // Client talks to one platform API.
@@ -52,7 +52,7 @@ func New(apiURL, apiKey string) *Client {
 type BuildOptions struct {
 	// Name is the template's name, optionally with a tag: name[:tag].
 	Name string
-	// Dockerfile is the Dockerfile's text (see build.ParseDockerfile).
+	// Dockerfile is the Dockerfile's text (see template.ParseDockerfile).
 	Dockerfile string
 	// ContextDir is the directory COPY sources are relative to.
 	ContextDir string
@@ -159,7 +159,7 @@ func (c *Client) Build(ctx context.Context, opts BuildOptions) (Result, error) {
 	if opts.Name == "" {
 		return Result{}, errors.New("a template name is required")
 	}
-	spec, err := build.ParseDockerfile(opts.Dockerfile)
+	spec, err := template.ParseDockerfile(opts.Dockerfile)
 	if err != nil {
 		return Result{}, err
 	}

@@ -40,7 +40,7 @@
 // Every build's log lines are stored with time, level and step while it
 // runs. A restart of warren marks builds that were running as failed
 // (Start).
-package build
+package template
 
 import (
 	"context"
