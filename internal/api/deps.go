@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -30,7 +31,7 @@ type Templates interface {
 	Create(ctx context.Context, req template.CreateRequest) (template.Created, error)
 	FileStatus(ctx context.Context, teamID, templateID, hash, apiURL string) (present bool, uploadURL string, err error)
 	Upload(ctx context.Context, templateID, hash, expires, signature string, body io.Reader) error
-	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec template.Spec) error
+	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec buildspec.Spec) error
 	Status(ctx context.Context, teamID, templateID, buildID string, offset, limit int, minLevel string) (template.Status, error)
 	Rebuild(ctx context.Context, teamID, templateID string, req template.RebuildRequest) (template.TemplateInfo, error)
 	List(ctx context.Context, teamID string) ([]template.TemplateInfo, error)

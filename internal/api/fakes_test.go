@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -145,7 +146,7 @@ func (f *fakeTemplates) Upload(_ context.Context, templateID, hash, expires, sig
 	return f.err
 }
 
-func (f *fakeTemplates) StartBuild(context.Context, string, string, string, template.Spec) error {
+func (f *fakeTemplates) StartBuild(context.Context, string, string, string, buildspec.Spec) error {
 	f.called("StartBuild")
 	return f.err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
 )
@@ -120,20 +121,20 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 	if !readJSON(w, r, &body, false) {
 		return
 	}
-	spec := template.Spec{
+	spec := buildspec.Spec{
 		FromImage: deref(body.FromImage), FromTemplate: deref(body.FromTemplate),
 		StartCmd: deref(body.StartCmd), ReadyCmd: deref(body.ReadyCmd), Force: deref(body.Force),
-		Steps: []template.Step{},
+		Steps: []buildspec.Step{},
 	}
 	if reg := body.FromImageRegistry; reg != nil {
-		spec.FromImageRegistry = &template.RegistryAuth{
+		spec.FromImageRegistry = &buildspec.RegistryAuth{
 			Type: reg.Type, Username: deref(reg.Username), Password: deref(reg.Password),
 			AwsAccessKeyID: deref(reg.AwsAccessKeyId), AwsSecretAccessKey: deref(reg.AwsSecretAccessKey),
 			AwsRegion: deref(reg.AwsRegion), ServiceAccountJSON: deref(reg.ServiceAccountJson),
 		}
 	}
 	for _, st := range deref(body.Steps) {
-		spec.Steps = append(spec.Steps, template.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
+		spec.Steps = append(spec.Steps, buildspec.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
 	}
 	if s.diskFull(w, r) {
 		return

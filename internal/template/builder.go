@@ -53,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -61,7 +62,7 @@ import (
 // Errors wrapped by the package's errors; the API maps them to statuses.
 var (
 	ErrNotFound  = errors.New("not found")
-	ErrInvalid   = errors.New("invalid request")
+	ErrInvalid   = buildspec.ErrInvalid
 	ErrConflict  = errors.New("conflict")
 	ErrForbidden = errors.New("forbidden")
 	// ErrTooLarge: an upload over a limit (413).

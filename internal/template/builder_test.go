@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -170,14 +171,14 @@ func addTeam(t *testing.T, st store.Store, id string) {
 
 // build creates a template of team t1 and runs spec, returning its final
 // status.
-func (e *env) build(name string, spec Spec) (Created, Status) {
+func (e *env) build(name string, spec buildspec.Spec) (Created, Status) {
 	e.t.Helper()
 	return e.buildAs("t1", name, nil, spec)
 }
 
 // buildAs makes a template of team, uploads files (hash → archive) for
 // it and runs spec.
-func (e *env) buildAs(team, name string, files map[string][]byte, spec Spec) (Created, Status) {
+func (e *env) buildAs(team, name string, files map[string][]byte, spec buildspec.Spec) (Created, Status) {
 	e.t.Helper()
 	ctx := context.Background()
 	c, err := e.b.Create(ctx, CreateRequest{TeamID: team, Name: name})
@@ -261,7 +262,7 @@ func (e *env) assertNothingLeft() {
 
 func TestBuildStepsCacheAndFailure(t *testing.T) {
 	e := newEnv(t, newStore(t))
-	spec := Spec{FromTemplate: "base", Steps: []Step{
+	spec := buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{
 		{Type: "ENV", Args: []string{"WHO", "builder"}},
 		{Type: "RUN", Args: []string{`echo "$WHO" > /tmp/who && id -un >> /tmp/who`}},
 		{Type: "WORKDIR", Args: []string{"/srv/app"}},
@@ -317,7 +318,7 @@ func TestBuildStepsCacheAndFailure(t *testing.T) {
 	}
 
 	// A failing step: error, its step, its output, nothing left.
-	c4, st4 := e.build("fails", Spec{FromTemplate: "base", Steps: []Step{
+	c4, st4 := e.build("fails", buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{
 		{Type: "RUN", Args: []string{"true"}},
 		{Type: "RUN", Args: []string{"echo going down; exit 7"}},
 	}})
@@ -339,7 +340,7 @@ func TestBuildStepsCacheAndFailure(t *testing.T) {
 // half-made layer is left.
 func TestBuildStepFillingItsDisk(t *testing.T) {
 	e := newEnv(t, newStore(t), func(c *Config) { c.BuildDiskMB = 64 })
-	c, st := e.build("filler", Spec{FromTemplate: "base", Steps: []Step{
+	c, st := e.build("filler", buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{
 		{Type: "RUN", Args: []string{"dd if=/dev/zero of=/big bs=1M count=128", "root"}},
 	}})
 	if st.Build.Status != store.BuildError || st.Build.ReasonStep != "1" {
@@ -383,7 +384,7 @@ func TestDeleteCancelsARunningBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, Spec{FromTemplate: "base", Steps: []Step{{Type: "RUN", Args: []string{"sleep 600"}}}}); err != nil {
+	if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "RUN", Args: []string{"sleep 600"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
@@ -414,7 +415,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, Spec{FromTemplate: "base", Steps: []Step{{Type: "RUN", Args: []string{"sleep 1"}, Force: true}}}); err != nil {
+		if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "RUN", Args: []string{"sleep 1"}, Force: true}}}); err != nil {
 			t.Fatal(err)
 		}
 		ids[i] = c
@@ -452,7 +453,7 @@ func TestRestartMarksInterruptedBuilds(t *testing.T) {
 	if err := st.CreateTemplate(ctx, store.Template{ID: "tpl1", TeamID: "t1", Names: []string{"x"}, CreatedAt: now, UpdatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	started := buildRecord{Tags: []string{"default"}, Spec: &Spec{FromTemplate: "base"}}.String()
+	started := buildRecord{Tags: []string{"default"}, Spec: &buildspec.Spec{FromTemplate: "base"}}.String()
 	for _, b := range []store.Build{
 		{ID: "running", TemplateID: "tpl1", Status: store.BuildBuilding, Spec: started},
 		{ID: "queued", TemplateID: "tpl1", Status: store.BuildWaiting, Spec: started},
@@ -517,7 +518,7 @@ func TestBuildFromRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, st := e.build("pulled", Spec{FromImage: ref, Steps: []Step{
+	c, st := e.build("pulled", buildspec.Spec{FromImage: ref, Steps: []buildspec.Step{
 		{Type: "RUN", Args: []string{`echo "$FROM_REGISTRY $(id -un) $(pwd)" > /home/user/pulled.txt`}},
 	}})
 	if st.Build.Status != store.BuildReady {
@@ -551,7 +552,7 @@ func TestBuildFromRegistry(t *testing.T) {
 	// Offline (nothing listens): the build fails fast at "base" and says
 	// what to do.
 	start := time.Now()
-	_, st = e.build("offline", Spec{FromImage: "127.0.0.1:1/nothing/here:1"})
+	_, st = e.build("offline", buildspec.Spec{FromImage: "127.0.0.1:1/nothing/here:1"})
 	if st.Build.Status != store.BuildError || st.Build.ReasonStep != "base" || !strings.Contains(st.Build.ReasonMessage, "warren image import") {
 		t.Errorf("offline pull: %+v", st.Build)
 	}
@@ -562,7 +563,7 @@ func TestBuildFromRegistry(t *testing.T) {
 	// A builder that does not allow the registry refuses it, and says
 	// how to allow it.
 	strict := newEnv(t, newStore(t))
-	_, st = strict.build("refused", Spec{FromImage: ref})
+	_, st = strict.build("refused", buildspec.Spec{FromImage: ref})
 	if st.Build.Status != store.BuildError || st.Build.ReasonStep != "base" || !strings.Contains(st.Build.ReasonMessage, "--allow-insecure-registry "+host) {
 		t.Errorf("a loopback registry not allowed: %+v", st.Build)
 	}

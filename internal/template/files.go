@@ -13,11 +13,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -40,8 +40,6 @@ import (
 // The hash is the client's name for the archive, not a digest Warren
 // can check: the layer cache is keyed by the archive's content instead
 // (see the COPY step in run.go).
-
-var hashPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 const (
 	defaultMaxUpload          = 1 << 30
@@ -141,7 +139,7 @@ func (b *Builder) removeStaleUploads() {
 // team's template, and gives a signed URL (on apiURL, the API's base URL
 // as the client reached it) to upload it to.
 func (b *Builder) FileStatus(ctx context.Context, teamID, templateID, hash, apiURL string) (present bool, uploadURL string, err error) {
-	if !hashPattern.MatchString(hash) {
+	if !buildspec.ValidFilesHash(hash) {
 		return false, "", fmt.Errorf("%w: invalid files hash %q", ErrInvalid, hash)
 	}
 	t, _, err := b.owned(ctx, teamID, templateID)
@@ -160,7 +158,7 @@ func (b *Builder) FileStatus(ctx context.Context, teamID, templateID, hash, apiU
 // MaxUploadBytes is refused once that much was read (ErrTooLarge), and
 // nothing of it is kept.
 func (b *Builder) Upload(ctx context.Context, templateID, hash, expires, signature string, body io.Reader) error {
-	if !hashPattern.MatchString(hash) || !namePattern.MatchString(templateID) {
+	if !buildspec.ValidFilesHash(hash) || !namePattern.MatchString(templateID) {
 		return fmt.Errorf("%w: invalid upload path", ErrInvalid)
 	}
 	if !hmac.Equal([]byte(signature), []byte(b.sign("upload", templateID, hash, expires))) {
@@ -211,7 +209,7 @@ func (b *Builder) keepUpload(templateID, hash, tmp string, size int64) error {
 	}
 	count, total := 1, size
 	for _, e := range ents {
-		if e.Name() == hash || !hashPattern.MatchString(e.Name()) {
+		if e.Name() == hash || !buildspec.ValidFilesHash(e.Name()) {
 			continue // replaced, or a temporary file
 		}
 		fi, err := e.Info()
@@ -237,9 +235,9 @@ func (b *Builder) keepUpload(templateID, hash, tmp string, size int64) error {
 // made (they may be that build's files). A client that was told an
 // archive is present before a build of the same template removed it
 // meanwhile gets "upload them first" when it starts its build.
-func (b *Builder) pruneUploads(ctx context.Context, templateID string, spec Spec) {
+func (b *Builder) pruneUploads(ctx context.Context, templateID string, spec buildspec.Spec) {
 	keep := map[string]bool{}
-	uses := func(s Spec) {
+	uses := func(s buildspec.Spec) {
 		for _, st := range s.Steps {
 			if st.FilesHash != "" {
 				keep[st.FilesHash] = true
@@ -270,7 +268,7 @@ func (b *Builder) pruneUploads(ctx context.Context, templateID string, spec Spec
 		return
 	}
 	for _, e := range ents {
-		if !hashPattern.MatchString(e.Name()) || keep[e.Name()] {
+		if !buildspec.ValidFilesHash(e.Name()) || keep[e.Name()] {
 			continue
 		}
 		if fi, err := e.Info(); err != nil || (!since.IsZero() && !fi.ModTime().Before(since)) {

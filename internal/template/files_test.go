@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -228,8 +229,8 @@ func TestPruneUploadsKeepsWhatBuildsUse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	copyOf := func(hash string) *Spec {
-		return &Spec{FromTemplate: "base", Steps: []Step{{Type: "COPY", Args: []string{".", "/app"}, FilesHash: hash}}}
+	copyOf := func(hash string) *buildspec.Spec {
+		return &buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "COPY", Args: []string{".", "/app"}, FilesHash: hash}}}
 	}
 	// The build that ends used "used"; another one, started, uses
 	// "pending"; a third is not started yet, and what was uploaded since

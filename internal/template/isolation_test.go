@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -30,8 +31,8 @@ func (e *env) layerFile(buildID string, i int, name string) string {
 	return string(b)
 }
 
-func copySpec(hash string) Spec {
-	return Spec{FromTemplate: "base", Steps: []Step{
+func copySpec(hash string) buildspec.Spec {
+	return buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{
 		{Type: "COPY", Args: []string{"app.txt", "/srv/app.txt"}, FilesHash: hash},
 		{Type: "RUN", Args: []string{"cat /srv/app.txt > /srv/seen", "root"}},
 	}}
@@ -88,7 +89,7 @@ func TestBuildWithoutTeamFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.b.StartBuild(ctx, "", "noteam", id, Spec{FromTemplate: "base", Steps: []Step{{Type: "RUN", Args: []string{"true"}}}}); err != nil {
+	if err := e.b.StartBuild(ctx, "", "noteam", id, buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "RUN", Args: []string{"true"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	s := e.waitAs("", "noteam", id)
@@ -131,7 +132,7 @@ func TestCopyCacheFollowsTheArchive(t *testing.T) {
 func TestBuildSandboxEnvdNeedsAToken(t *testing.T) {
 	e := newEnv(t, newStore(t))
 	probe := `exec 3<>/dev/tcp/127.0.0.1/49983 && printf 'GET /envs HTTP/1.0\r\nHost: envd\r\n\r\n' >&3 && head -n1 <&3 | tr -d '\r' > /probe`
-	c, s := e.build("probe", Spec{FromTemplate: "base", Steps: []Step{{Type: "RUN", Args: []string{probe, "root"}}}})
+	c, s := e.build("probe", buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "RUN", Args: []string{probe, "root"}}}})
 	if s.Build.Status != store.BuildReady {
 		t.Fatalf("%s\n%s", s.Build.ReasonMessage, e.messages(c.BuildID))
 	}
@@ -145,7 +146,7 @@ func TestBuildSandboxEnvdNeedsAToken(t *testing.T) {
 // without it, and /init with it hands the sandbox its own token.
 func TestSnapshotKeepsItsEnvdToken(t *testing.T) {
 	e := newEnvWith(t, newStore(t), "runsc")
-	spec := Spec{FromTemplate: "base", StartCmd: "echo started > /tmp/started; sleep infinity", ReadyCmd: "test -f /tmp/started"}
+	spec := buildspec.Spec{FromTemplate: "base", StartCmd: "echo started > /tmp/started; sleep infinity", ReadyCmd: "test -f /tmp/started"}
 	c, s := e.build("snap", spec)
 	if s.Build.Status != store.BuildReady {
 		t.Fatalf("%s\n%s", s.Build.ReasonMessage, e.messages(c.BuildID))

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -24,7 +25,7 @@ import (
 
 // StartBuild starts a waiting build of the team's template with spec.
 // It returns once the build is queued; Status follows it.
-func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID string, spec Spec) error {
+func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID string, spec buildspec.Spec) error {
 	t, _, err := b.owned(ctx, teamID, templateID)
 	if err != nil {
 		return err
@@ -58,8 +59,8 @@ func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID st
 
 // validate checks a spec before a build is started with it: its form,
 // and that the files of its COPY steps were uploaded.
-func (b *Builder) validate(templateID string, s *Spec) error {
-	if err := validateSpec(s); err != nil {
+func (b *Builder) validate(templateID string, s *buildspec.Spec) error {
+	if err := s.Validate(); err != nil {
 		return err
 	}
 	for i, st := range s.Steps {
@@ -69,59 +70,6 @@ func (b *Builder) validate(templateID string, s *Spec) error {
 		if _, err := os.Stat(b.uploadPath(templateID, st.FilesHash)); err != nil {
 			return fmt.Errorf("%w: step %d (COPY): its files (hash %s) were not uploaded: upload them first (GET /templates/%s/files/%s gives the URL)",
 				ErrInvalid, i+1, st.FilesHash, templateID, st.FilesHash)
-		}
-	}
-	return nil
-}
-
-// validateSpec checks a spec's form.
-func validateSpec(s *Spec) error {
-	if s.FromImage != "" && s.FromTemplate != "" {
-		return fmt.Errorf("%w: give fromImage or fromTemplate, not both", ErrInvalid)
-	}
-	if s.FromImage == "" && s.FromTemplate == "" {
-		return fmt.Errorf("%w: fromImage or fromTemplate is required", ErrInvalid)
-	}
-	if s.ReadyCmd != "" && s.StartCmd == "" {
-		return fmt.Errorf("%w: readyCmd needs a startCmd", ErrInvalid)
-	}
-	for i, st := range s.Steps {
-		n := i + 1
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: step %d (%s): %s", ErrInvalid, n, st.Type, fmt.Sprintf(format, args...))
-		}
-		switch st.Type {
-		case "RUN":
-			if len(st.Args) < 1 || len(st.Args) > 2 || strings.TrimSpace(st.Args[0]) == "" {
-				return bad("args are [command] or [command, user]")
-			}
-		case "COPY":
-			if len(st.Args) < 2 || len(st.Args) > 4 || st.Args[0] == "" || st.Args[1] == "" {
-				return bad("args are [src, dest, user, mode]")
-			}
-			if len(st.Args) == 4 && st.Args[3] != "" {
-				if _, err := strconv.ParseUint(st.Args[3], 8, 32); err != nil {
-					return bad("mode %q is not octal", st.Args[3])
-				}
-			}
-			if st.FilesHash == "" || !hashPattern.MatchString(st.FilesHash) {
-				return bad("filesHash is required")
-			}
-		case "WORKDIR", "USER":
-			if len(st.Args) != 1 || st.Args[0] == "" {
-				return bad("args are [value]")
-			}
-		case "ENV":
-			if len(st.Args)%2 != 0 {
-				return bad("args are key, value pairs")
-			}
-			for j := 0; j < len(st.Args); j += 2 {
-				if st.Args[j] == "" || strings.ContainsAny(st.Args[j], "=\x00") {
-					return bad("invalid variable name %q", st.Args[j])
-				}
-			}
-		default:
-			return fmt.Errorf("%w: step %d: unknown type %q (COPY, RUN, WORKDIR, USER or ENV)", ErrInvalid, n, st.Type)
 		}
 	}
 	return nil
@@ -288,7 +236,7 @@ func (s *state) chain(parts ...string) string {
 
 // run resolves the base, runs the steps and the start command, and
 // returns the template (named by the build ID) they make.
-func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store.Template, spec Spec) (*image.Template, error) {
+func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store.Template, spec buildspec.Spec) (*image.Template, error) {
 	lg.setStep("base")
 	scope, err := cacheScope(t.TeamID)
 	if err != nil {
@@ -326,7 +274,7 @@ func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store
 const baseImage = "e2bdev/base"
 
 // base resolves the build's base into the state steps start from.
-func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Spec) (*state, error) {
+func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec buildspec.Spec) (*state, error) {
 	var img *image.Template
 	ref := spec.FromTemplate
 	if ref == "" && !strings.Contains(spec.FromImage, "/") {
@@ -361,7 +309,7 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec Sp
 
 // fromImage finds an image: Warren's base for e2bdev/base, an image
 // imported with `warren image import`, or a registry pull.
-func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec Spec) (*image.Template, error) {
+func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Spec) (*image.Template, error) {
 	ref := spec.FromImage
 	repo, _, _ := strings.Cut(ref, "@")
 	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
@@ -400,7 +348,7 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec Spec) (*imag
 }
 
 // step runs one build step, changing st.
-func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID string, bd store.Build, s Step, force bool) error {
+func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID string, bd store.Build, s buildspec.Step, force bool) error {
 	switch s.Type {
 	case "ENV":
 		for i := 0; i+1 < len(s.Args); i += 2 {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/dockerfile"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -26,8 +28,8 @@ var (
 // buildRecord is what a build keeps in store.Build.Spec: the tags it
 // gets when ready, and its Spec once started.
 type buildRecord struct {
-	Tags []string `json:"tags"`
-	Spec *Spec    `json:"spec,omitempty"`
+	Tags []string        `json:"tags"`
+	Spec *buildspec.Spec `json:"spec,omitempty"`
 }
 
 func readRecord(b store.Build) buildRecord {
@@ -549,7 +551,7 @@ type RebuildRequest struct {
 // COPY and ADD need files uploaded by the SDK's flow, which this request
 // has no room for, so they are refused.
 func (b *Builder) Rebuild(ctx context.Context, teamID, templateID string, req RebuildRequest) (TemplateInfo, error) {
-	spec, err := ParseDockerfile(req.Dockerfile)
+	spec, err := dockerfile.Parse(req.Dockerfile)
 	if err != nil {
 		return TemplateInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/dockerfile"
 )
 
 // Client talks to one platform API.
@@ -52,7 +52,7 @@ func New(apiURL, apiKey string) *Client {
 type BuildOptions struct {
 	// Name is the template's name, optionally with a tag: name[:tag].
 	Name string
-	// Dockerfile is the Dockerfile's text (see template.ParseDockerfile).
+	// Dockerfile is the Dockerfile's text (see dockerfile.Parse).
 	Dockerfile string
 	// ContextDir is the directory COPY sources are relative to.
 	ContextDir string
@@ -159,7 +159,7 @@ func (c *Client) Build(ctx context.Context, opts BuildOptions) (Result, error) {
 	if opts.Name == "" {
 		return Result{}, errors.New("a template name is required")
 	}
-	spec, err := template.ParseDockerfile(opts.Dockerfile)
+	spec, err := dockerfile.Parse(opts.Dockerfile)
 	if err != nil {
 		return Result{}, err
 	}

@@ -19,7 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/dockerfile"
 )
 
 const testKey = "e2b_testkey"
@@ -34,7 +35,7 @@ type fakeAPI struct {
 	created   map[string]any    // the POST /v3/templates body
 	present   map[string]bool   // file hashes the server has
 	uploads   map[string][]byte // hash → uploaded body
-	spec      *template.Spec    // the build start body
+	spec      *buildspec.Spec   // the build start body
 	offsets   []int             // logsOffset of each status poll
 	statuses  []buildInfo       // what successive polls return (the last one repeats, minus entries)
 	uploadErr int               // status for uploads, if not 0
@@ -106,7 +107,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Content-Type") != "application/json" {
 			f.t.Errorf("build start Content-Type %q", r.Header.Get("Content-Type"))
 		}
-		f.spec = &template.Spec{}
+		f.spec = &buildspec.Spec{}
 		if err := json.NewDecoder(r.Body).Decode(f.spec); err != nil {
 			f.t.Errorf("build start body: %v", err)
 		}
@@ -234,7 +235,7 @@ func TestClientBuild(t *testing.T) {
 	}
 
 	// The spec sent is the parsed Dockerfile with the hashes filled in.
-	want, err := template.ParseDockerfile(testDockerfile)
+	want, err := dockerfile.Parse(testDockerfile)
 	if err != nil {
 		t.Fatal(err)
 	}

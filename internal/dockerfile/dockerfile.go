@@ -1,4 +1,9 @@
-package template
+// Package dockerfile translates a Dockerfile into a build spec
+// (internal/buildspec) with buildkit's parser, the way the E2B SDK's
+// fromDockerfile does. The builder uses it for rebuilds from a Dockerfile
+// string, and `warren template build` (internal/templateclient) on the
+// client side, which is why it imports nothing of the server.
+package dockerfile
 
 import (
 	"errors"
@@ -8,13 +13,14 @@ import (
 
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/warren-sandbox/warren/internal/buildspec"
 )
 
 // DefaultReadyCmd is the ready command a Dockerfile's CMD or ENTRYPOINT
 // gets, as the E2B SDK's fromDockerfile does (waitForTimeout(20s)).
 const DefaultReadyCmd = "sleep 20"
 
-// ParseDockerfile translates a single-stage Dockerfile into a build Spec
+// Parse translates a single-stage Dockerfile into a build Spec
 // the way the E2B SDK's fromDockerfile does:
 //
 //   - FROM image → FromImage (--platform and "AS name" are ignored; a
@@ -36,17 +42,17 @@ const DefaultReadyCmd = "sleep 20"
 // words of COPY, ADD, WORKDIR, USER, ENV and ARG, as Docker does; other
 // references ($PATH, $HOME) are kept as written. Any other instruction is
 // an error. Error messages name the Dockerfile line.
-func ParseDockerfile(text string) (Spec, error) {
+func Parse(text string) (buildspec.Spec, error) {
 	if i := strings.IndexByte(text, 0); i >= 0 {
-		return Spec{}, fmt.Errorf("Dockerfile line %d: a NUL byte", strings.Count(text[:i], "\n")+1)
+		return buildspec.Spec{}, fmt.Errorf("Dockerfile line %d: a NUL byte", strings.Count(text[:i], "\n")+1)
 	}
 	res, err := parser.Parse(strings.NewReader(text))
 	if err != nil {
 		var le *parser.LocationError
 		if errors.As(err, &le) && len(le.Locations) > 0 && len(le.Locations[0]) > 0 {
-			return Spec{}, fmt.Errorf("Dockerfile line %d: %v", le.Locations[0][0].Start.Line, le.Unwrap())
+			return buildspec.Spec{}, fmt.Errorf("Dockerfile line %d: %v", le.Locations[0][0].Start.Line, le.Unwrap())
 		}
-		return Spec{}, fmt.Errorf("Dockerfile: %w", err)
+		return buildspec.Spec{}, fmt.Errorf("Dockerfile: %w", err)
 	}
 	p := &dockerfileParser{
 		lex:        shell.NewLex(res.EscapeToken),
@@ -56,11 +62,11 @@ func ParseDockerfile(text string) (Spec, error) {
 	p.lex.SkipUnsetEnv = true
 	for _, n := range res.AST.Children {
 		if err := p.instruction(n); err != nil {
-			return Spec{}, err
+			return buildspec.Spec{}, err
 		}
 	}
 	if !p.seenFrom {
-		return Spec{}, errors.New("Dockerfile must contain a FROM instruction")
+		return buildspec.Spec{}, errors.New("Dockerfile must contain a FROM instruction")
 	}
 	s := p.spec
 	if p.entrypoint != "" || p.cmd != "" {
@@ -76,16 +82,16 @@ func ParseDockerfile(text string) (Spec, error) {
 		s.ReadyCmd = DefaultReadyCmd
 	}
 	if !p.userSet {
-		s.Steps = append(s.Steps, Step{Type: "USER", Args: []string{"user"}})
+		s.Steps = append(s.Steps, buildspec.Step{Type: "USER", Args: []string{"user"}})
 	}
 	if !p.workdirSet {
-		s.Steps = append(s.Steps, Step{Type: "WORKDIR", Args: []string{"/home/user"}})
+		s.Steps = append(s.Steps, buildspec.Step{Type: "WORKDIR", Args: []string{"/home/user"}})
 	}
 	return s, nil
 }
 
 type dockerfileParser struct {
-	spec       Spec
+	spec       buildspec.Spec
 	lex        *shell.Lex
 	vars       map[string]string // ENV and ARG values so far, for expansion
 	globalArgs map[string]string // ARGs before FROM
@@ -125,7 +131,7 @@ func (p *dockerfileParser) word(w string, line int) (string, error) {
 }
 
 func (p *dockerfileParser) step(typ string, args ...string) {
-	p.spec.Steps = append(p.spec.Steps, Step{Type: typ, Args: args})
+	p.spec.Steps = append(p.spec.Steps, buildspec.Step{Type: typ, Args: args})
 }
 
 func args(n *parser.Node) []string {

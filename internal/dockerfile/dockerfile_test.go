@@ -1,16 +1,18 @@
-package template
+package dockerfile
 
 import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/buildspec"
 )
 
-func st(typ string, args ...string) Step { return Step{Type: typ, Args: args} }
+func st(typ string, args ...string) buildspec.Step { return buildspec.Step{Type: typ, Args: args} }
 
-// wrap adds the steps ParseDockerfile puts around a Dockerfile's own.
-func wrap(steps ...Step) []Step {
-	out := []Step{st("USER", "root"), st("WORKDIR", "/")}
+// wrap adds the steps Parse puts around a Dockerfile's own.
+func wrap(steps ...buildspec.Step) []buildspec.Step {
+	out := []buildspec.Step{st("USER", "root"), st("WORKDIR", "/")}
 	out = append(out, steps...)
 	return append(out, st("USER", "user"), st("WORKDIR", "/home/user"))
 }
@@ -19,22 +21,22 @@ func TestParseDockerfile(t *testing.T) {
 	tests := []struct {
 		name string
 		text string
-		want Spec
+		want buildspec.Spec
 	}{
 		{
 			name: "minimal",
 			text: "FROM ubuntu:22.04\n",
-			want: Spec{FromImage: "ubuntu:22.04", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "ubuntu:22.04", Steps: wrap()},
 		},
 		{
 			name: "from with platform and stage name",
 			text: "FROM --platform=linux/amd64 python:3.12-slim AS app\n",
-			want: Spec{FromImage: "python:3.12-slim", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "python:3.12-slim", Steps: wrap()},
 		},
 		{
 			name: "global ARG in FROM",
 			text: "ARG VERSION=3.12\nFROM python:${VERSION}\nARG VERSION\nRUN echo $VERSION\n",
-			want: Spec{FromImage: "python:3.12", Steps: wrap(
+			want: buildspec.Spec{FromImage: "python:3.12", Steps: wrap(
 				st("ENV", "VERSION", "3.12"),
 				st("RUN", "echo $VERSION"),
 			)},
@@ -42,17 +44,17 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "lowercase, comments, continuations, directives",
 			text: "# syntax=docker/dockerfile:1\n# a comment\nfrom alpine\nrun apk add \\\n    curl \\\n    # inner comment\n    git\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(st("RUN", "apk add     curl     git"))},
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(st("RUN", "apk add     curl     git"))},
 		},
 		{
 			name: "escape directive",
 			text: "# escape=`\nFROM alpine\nRUN echo a `\n  b\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(st("RUN", "echo a   b"))},
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(st("RUN", "echo a   b"))},
 		},
 		{
 			name: "run shell and exec form",
 			text: "FROM alpine\nRUN echo \"hello world\" && ls\nRUN [\"/bin/sh\", \"-c\", \"echo 'hi there'\"]\nRUN [\"ls\",\"-la\",\"\"]\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("RUN", `echo "hello world" && ls`),
 				st("RUN", `/bin/sh -c 'echo '\''hi there'\'''`),
 				st("RUN", `ls -la ''`),
@@ -61,12 +63,12 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "run cache mount ignored",
 			text: "FROM python\nRUN --mount=type=cache,target=/root/.cache pip install x\n",
-			want: Spec{FromImage: "python", Steps: wrap(st("RUN", "pip install x"))},
+			want: buildspec.Spec{FromImage: "python", Steps: wrap(st("RUN", "pip install x"))},
 		},
 		{
 			name: "run heredoc script",
 			text: "FROM alpine\nRUN <<EOF\nset -e\necho hi\nEOF\nRUN <<-EOT\n\techo tabbed\n\tEOT\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("RUN", "set -e\necho hi\n"),
 				st("RUN", "echo tabbed\n"),
 			)},
@@ -74,14 +76,14 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "run heredoc feeding a command",
 			text: "FROM alpine\nRUN cat <<'EOF' > /etc/motd\nhello $USER\nEOF\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("RUN", "cat <<'EOF' > /etc/motd\nhello $USER\nEOF\n"),
 			)},
 		},
 		{
 			name: "copy and add",
 			text: "FROM alpine\nCOPY app.py /app/\nCOPY --chown=app:app --chmod=755 a.sh b.sh /usr/local/bin/\nADD --chmod=0644 conf.tar /etc/\nCOPY --link [\"my file.txt\", \"/data/\"]\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("COPY", "app.py", "/app/", "", ""),
 				st("COPY", "a.sh", "/usr/local/bin/", "app", "0755"),
 				st("COPY", "b.sh", "/usr/local/bin/", "app", "0755"),
@@ -92,7 +94,7 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "env forms",
 			text: "FROM alpine\nENV A=1 B=\"two words\" C='$lit'\nENV LEGACY some value here\nENV PATH=/opt/bin:$PATH D=${A}x\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("ENV", "A", "1", "B", "two words", "C", "$lit"),
 				st("ENV", "LEGACY", "some value here"),
 				st("ENV", "PATH", "/opt/bin:$PATH", "D", "1x"),
@@ -101,7 +103,7 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "arg forms",
 			text: "FROM alpine\nARG NAME=default\nARG EMPTY\nARG X=1 Y\nCOPY $NAME/ /srv/\n",
-			want: Spec{FromImage: "alpine", Steps: wrap(
+			want: buildspec.Spec{FromImage: "alpine", Steps: wrap(
 				st("ENV", "NAME", "default"),
 				st("ENV", "EMPTY", ""),
 				st("ENV", "X", "1", "Y", ""),
@@ -111,7 +113,7 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "workdir and user set: no defaults appended",
 			text: "FROM alpine\nWORKDIR /app\nUSER app:staff\n",
-			want: Spec{FromImage: "alpine", Steps: []Step{
+			want: buildspec.Spec{FromImage: "alpine", Steps: []buildspec.Step{
 				st("USER", "root"), st("WORKDIR", "/"),
 				st("WORKDIR", "/app"), st("USER", "app"),
 			}},
@@ -119,7 +121,7 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "only user set",
 			text: "FROM alpine\nUSER nobody\n",
-			want: Spec{FromImage: "alpine", Steps: []Step{
+			want: buildspec.Spec{FromImage: "alpine", Steps: []buildspec.Step{
 				st("USER", "root"), st("WORKDIR", "/"),
 				st("USER", "nobody"), st("WORKDIR", "/home/user"),
 			}},
@@ -127,29 +129,29 @@ func TestParseDockerfile(t *testing.T) {
 		{
 			name: "cmd shell form",
 			text: "FROM alpine\nCMD python -m http.server 8000\n",
-			want: Spec{FromImage: "alpine", StartCmd: "python -m http.server 8000", ReadyCmd: "sleep 20", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "alpine", StartCmd: "python -m http.server 8000", ReadyCmd: "sleep 20", Steps: wrap()},
 		},
 		{
 			name: "cmd exec form, last wins",
 			text: "FROM alpine\nCMD [\"first\"]\nCMD [\"node\", \"server.js\", \"--name\", \"my app\"]\n",
-			want: Spec{FromImage: "alpine", StartCmd: "node server.js --name 'my app'", ReadyCmd: "sleep 20", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "alpine", StartCmd: "node server.js --name 'my app'", ReadyCmd: "sleep 20", Steps: wrap()},
 		},
 		{
 			name: "entrypoint then cmd",
 			text: "FROM alpine\nCMD [\"--port\", \"80\"]\nENTRYPOINT [\"/entry.sh\"]\n",
-			want: Spec{FromImage: "alpine", StartCmd: "/entry.sh --port 80", ReadyCmd: "sleep 20", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "alpine", StartCmd: "/entry.sh --port 80", ReadyCmd: "sleep 20", Steps: wrap()},
 		},
 		{
 			name: "shell entrypoint ignores cmd",
 			text: "FROM alpine\nENTRYPOINT exec /entry.sh\nCMD [\"x\"]\n",
-			want: Spec{FromImage: "alpine", StartCmd: "exec /entry.sh", ReadyCmd: "sleep 20", Steps: wrap()},
+			want: buildspec.Spec{FromImage: "alpine", StartCmd: "exec /entry.sh", ReadyCmd: "sleep 20", Steps: wrap()},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseDockerfile(tt.text)
+			got, err := Parse(tt.text)
 			if err != nil {
-				t.Fatalf("ParseDockerfile: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got\n  %+v\nwant\n  %+v", got, tt.want)
@@ -191,7 +193,7 @@ func TestParseDockerfileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := ParseDockerfile(tt.text)
+			s, err := Parse(tt.text)
 			if err == nil {
 				t.Fatalf("no error; spec %+v", s)
 			}
@@ -236,7 +238,7 @@ func FuzzParseDockerfile(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		spec, err := ParseDockerfile(text)
+		spec, err := Parse(text)
 		if err != nil {
 			return
 		}
@@ -245,8 +247,8 @@ func FuzzParseDockerfile(f *testing.F) {
 				spec.Steps[i].FilesHash = "0123456789abcdef"
 			}
 		}
-		if err := validateSpec(&spec); err != nil {
-			t.Fatalf("ParseDockerfile(%q) gave a spec the builder refuses: %v\n%+v", text, err, spec)
+		if err := spec.Validate(); err != nil {
+			t.Fatalf("Parse(%q) gave a spec the builder refuses: %v\n%+v", text, err, spec)
 		}
 	})
 }
