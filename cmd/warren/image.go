@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/setup"
 )
 
@@ -42,7 +43,7 @@ func runImage(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.Import(ctx, fs.Arg(0), fs.Arg(1))
+	t, err := oci.Import(ctx, s, fs.Arg(0), fs.Arg(1))
 	if err != nil {
 		return err
 	}

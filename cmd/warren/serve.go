@@ -16,12 +16,15 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/resolvconf"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -51,7 +54,7 @@ type registryList []string
 func (l *registryList) String() string { return strings.Join(*l, ",") }
 
 func (l *registryList) Set(v string) error {
-	if _, _, err := image.ParseRegistryHost(v); err != nil {
+	if _, _, err := oci.ParseRegistryHost(v); err != nil {
 		return err
 	}
 	*l = append(*l, v)
@@ -145,7 +148,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		}
 		return nil
 	})
-	if _, err := images.Template(image.BaseTemplateID); err != nil {
+	if _, err := images.Template(baseimage.TemplateID); err != nil {
 		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", f.dataDir, f.dataDir, err)
 	}
 	envd := f.envd
@@ -187,7 +190,11 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		return err
 	}
 	defer nw.Close()
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envd, ResolvConf: resolvConf})
+	roots, err := rootfs.Open(f.dataDir)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // HasLayer tells whether layer id exists (and so is complete: layers are
@@ -37,7 +39,7 @@ func (s *Store) RemoveSnapshot(id string) error {
 	if !idPattern.MatchString(id) {
 		return fmt.Errorf("image: invalid snapshot id %q", id)
 	}
-	return removeTree(s.SnapshotDir(id))
+	return mountinfo.RemoveTree(s.SnapshotDir(id))
 }
 
 // RemoveTemplate deletes template id's record (not its layers, which

@@ -1,5 +1,7 @@
 // Package mountinfo reads /proc/self/mountinfo: which file systems are
-// mounted where in this mount namespace.
+// mounted where in this mount namespace; and removes a directory tree with
+// whatever is mounted below it (RemoveTree), never deleting files through
+// a mount that is still there.
 package mountinfo
 
 import (

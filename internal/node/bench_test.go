@@ -63,7 +63,7 @@ func benchNode(b *testing.B, rtName string, pool int) *Node {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: ImageRootfs(fixture.store), EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: LocalRootfs(fixture.roots, fixture.store), EnvdPath: fixture.envd, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
 		nw.Destroy()
 		b.Fatal(err)

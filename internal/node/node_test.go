@@ -19,8 +19,10 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -36,6 +38,7 @@ var (
 	fixtureOnce sync.Once
 	fixture     struct {
 		store *image.Store
+		roots *rootfs.Manager
 		base  *image.Template
 		envd  string
 		err   error
@@ -57,7 +60,10 @@ func setupFixture(t testing.TB) {
 		if f.store, f.err = image.Open(setup.DefaultDataDir); f.err != nil {
 			return
 		}
-		if f.base, f.err = f.store.Template(image.BaseTemplateID); f.err != nil {
+		if f.roots, f.err = rootfs.Open(setup.DefaultDataDir); f.err != nil {
+			return
+		}
+		if f.base, f.err = f.store.Template(baseimage.TemplateID); f.err != nil {
 			return
 		}
 		dir, err := os.MkdirTemp("", "warren-node-test-envd-")
@@ -105,7 +111,7 @@ func newTestNode(t testing.TB, runtimeName string, nwCfg network.Config, resolvC
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: ImageRootfs(fixture.store), EnvdPath: fixture.envd, ResolvConf: resolvConf})
+	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: LocalRootfs(fixture.roots, fixture.store), EnvdPath: fixture.envd, ResolvConf: resolvConf})
 	if err != nil {
 		t.Fatal(err)
 	}

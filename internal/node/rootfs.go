@@ -2,27 +2,39 @@ package node
 
 import (
 	"context"
+	"errors"
 
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 )
 
-// ImageRootfs mounts sandboxes' root filesystems from an image store.
-func ImageRootfs(s *image.Store) RootfsMounter { return imageRootfs{s} }
+// LocalRootfs mounts sandboxes' root filesystems with roots over the
+// layers of an image store, and commits them into that store.
+func LocalRootfs(roots *rootfs.Manager, layers *image.Store) RootfsMounter {
+	return localRootfs{roots, layers}
+}
 
-type imageRootfs struct{ s *image.Store }
+type localRootfs struct {
+	roots  *rootfs.Manager
+	layers *image.Store
+}
 
-func (m imageRootfs) Cleanup(keep func(string) bool) error { return m.s.Cleanup(keep) }
+// Cleanup removes the root filesystems of sandboxes keep rejects, and
+// the layers a crashed run left half-written.
+func (m localRootfs) Cleanup(keep func(string) bool) error {
+	return errors.Join(m.roots.Cleanup(keep), m.layers.Cleanup())
+}
 
-func (m imageRootfs) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (Rootfs, error) {
-	r, err := m.s.Mount(ctx, id, layers, diskSizeMB)
+func (m localRootfs) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (Rootfs, error) {
+	r, err := m.roots.Mount(ctx, id, layers, diskSizeMB)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
-	return mounted{r, m.s}, nil
+	return mounted{r, m.layers}, nil
 }
 
-func (m imageRootfs) Adopt(id string) (Rootfs, bool) {
-	r, ok := m.s.Adopt(id)
+func (m localRootfs) Adopt(id string) (Rootfs, bool) {
+	r, ok := m.roots.Adopt(id)
 	if !ok {
 		return nil, false
 	}
@@ -31,8 +43,8 @@ func (m imageRootfs) Adopt(id string) (Rootfs, bool) {
 
 // mounted is a root filesystem this node mounted, which can be committed.
 type mounted struct {
-	*image.Rootfs
-	s *image.Store
+	*rootfs.Root
+	layers *image.Store
 }
 
-func (m mounted) Commit(layerID string) error { return m.Rootfs.Commit(m.s, layerID) }
+func (m mounted) Commit(layerID string) error { return m.Root.Commit(m.layers, layerID) }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -75,7 +75,7 @@ func TestAdmissionByMemoryAndCPU(t *testing.T) {
 	}
 	// A template asking more than the whole node has is invalid, not busy.
 	e.mgr.cfg.Resolve = func(ctx context.Context, teamID, ref string) (Template, error) {
-		tmpl, err := e.mgr.cfg.Images.Template(image.BaseTemplateID)
+		tmpl, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
 		return Template{ID: "big", Alias: "big", Image: tmpl, MemoryMB: 256 << 10}, err
 	}
 	if _, err := e.create(CreateRequest{TemplateID: "big"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "more than this node has") {

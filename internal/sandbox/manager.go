@@ -48,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -218,7 +219,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.PausedRetention = DefaultPausedRetention
 	}
 	if cfg.PoolTemplates == nil {
-		cfg.PoolTemplates = []string{image.BaseTemplateID}
+		cfg.PoolTemplates = []string{baseimage.TemplateID}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -97,7 +98,11 @@ func start(t *testing.T, st store.Store, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
+	roots, err := rootfs.Open(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
 		t.Fatal(err)
 	}

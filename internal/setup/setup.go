@@ -23,7 +23,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
@@ -89,6 +91,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	if _, err := rootfs.Open(opts.DataDir); err != nil { // its dirs, 0700 like the store's
+		return fmt.Errorf("setup: %w", err)
+	}
 
 	if runc {
 		say("runc")
@@ -137,7 +142,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) error {
 		w := out.lines()
 		defer w.Flush()
 		say("base template (Debian 12)")
-		t, err := store.EnsureBase(ctx, image.BaseOptions{Mirror: opts.Mirror}, w)
+		t, err := baseimage.Ensure(ctx, store, baseimage.Options{Mirror: opts.Mirror}, w)
 		if err != nil {
 			fail(fmt.Errorf("setup: base template: %w", err))
 			return

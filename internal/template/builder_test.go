@@ -26,10 +26,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -64,7 +66,7 @@ func setupFixture(t *testing.T) {
 			fixtureErr = err
 			return
 		}
-		base, err := installed.Template(image.BaseTemplateID)
+		base, err := installed.Template(baseimage.TemplateID)
 		if err != nil {
 			fixtureErr = err
 			return
@@ -107,10 +109,14 @@ func newEnvWith(t *testing.T, st store.Store, rtName string, options ...func(*Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	roots, err := rootfs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(filepath.Join(setup.DefaultDataDir, "layers", baseLayer), images.LayerDir(baseLayer)); err != nil {
 		t.Fatal(err)
 	}
-	if err := images.PutTemplate(&image.Template{ID: image.BaseTemplateID, Layers: []string{baseLayer}, User: "user", Workdir: "/home/user", Recipe: "test"}); err != nil {
+	if err := images.PutTemplate(&image.Template{ID: baseimage.TemplateID, Layers: []string{baseLayer}, User: "user", Workdir: "/home/user", Recipe: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	rtCfg := runtime.Config{StateDir: "/run/warren-build-test/" + rtName, CgroupParent: "/warren-build-test"}
@@ -128,7 +134,7 @@ func newEnvWith(t *testing.T, st store.Store, rtName string, options ...func(*Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.ImageRootfs(images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
 		t.Fatal(err)
 	}

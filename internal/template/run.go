@@ -16,9 +16,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -318,13 +320,13 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Sp
 	repo = strings.TrimPrefix(strings.TrimPrefix(repo, "docker.io/"), "index.docker.io/")
 	if repo == baseImage && b.cfg.RegistryMirror == "" {
 		lg.info("%s is Warren's base template", ref)
-		return b.cfg.Images.Template(image.BaseTemplateID)
+		return b.cfg.Images.Template(baseimage.TemplateID)
 	}
-	if img, err := b.cfg.Images.ImportedImage(ref); err == nil {
+	if img, err := oci.ImportedImage(b.cfg.Images, ref); err == nil {
 		lg.info("using the imported image %s", ref)
 		return img, nil
 	}
-	opts := image.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
+	opts := oci.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
 	if a := spec.FromImageRegistry; a != nil {
 		switch a.Type {
 		case "registry", "":
@@ -339,10 +341,10 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Sp
 			return nil, fmt.Errorf("unknown registry credentials type %q", a.Type)
 		}
 	}
-	img, err := b.cfg.Images.Pull(ctx, ref, opts)
+	img, err := oci.Pull(ctx, b.cfg.Images, ref, opts)
 	if err != nil && repo == baseImage {
 		lg.warn("the mirror does not provide %s (%v); using Warren's base template", ref, err)
-		return b.cfg.Images.Template(image.BaseTemplateID)
+		return b.cfg.Images.Template(baseimage.TemplateID)
 	}
 	return img, err
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/dockerfile"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -529,7 +530,7 @@ func (b *Builder) Status(ctx context.Context, teamID, templateID, buildID string
 
 // builtin returns a built-in template (base), which every team may use.
 func (b *Builder) builtin(name string) (*image.Template, error) {
-	if name != image.BaseTemplateID {
+	if name != baseimage.TemplateID {
 		return nil, fmt.Errorf("%w: template %q", ErrNotFound, name)
 	}
 	return b.cfg.Images.Template(name)

@@ -1,5 +1,5 @@
 // Package testenv holds what tests of several packages need from the real
-// system: today, a freshly built envd to put into sandboxes.
+// system: a freshly built envd to put into sandboxes, root, a tiny layer.
 package testenv
 
 import (

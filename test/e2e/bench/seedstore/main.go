@@ -33,7 +33,7 @@ func main() {
 			StartedAt: now.Add(-time.Duration(i) * time.Second), EndAt: now.Add(24 * time.Hour),
 			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: sandbox.EnvdVersion,
 			Metadata: map[string]string{"seeded": "true", "i": fmt.Sprint(i)},
-			Node: "elsewhere", Runtime: "runsc", Extra: "{}",
+			Node:     "elsewhere", Runtime: "runsc", Extra: "{}",
 		})
 		if err != nil {
 			log.Fatal(err)

@@ -1,4 +1,4 @@
-package image
+package baseimage
 
 import (
 	"bytes"
@@ -47,16 +47,6 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
 	}
 	return len(p), nil
-}
-
-// commandOutput runs a command and returns its combined output.
-func commandOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
-	var out bytes.Buffer
-	cmd := command(ctx, name, args...)
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err := cmd.Run()
-	return out.Bytes(), err
 }
 
 // command is exec.CommandContext, but when ctx ends it kills the whole

@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"context"
@@ -8,33 +8,32 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
-// Rootfs is a sandbox's mounted root filesystem.
-type Rootfs struct {
+// Root is a sandbox's mounted root filesystem.
+type Root struct {
 	dir    string // sandboxes/<id>
 	merged string
 	upper  string
 }
 
 // Dir is the overlay mount, the container's root.
-func (r *Rootfs) Dir() string { return r.merged }
+func (r *Root) Dir() string { return r.merged }
 
 // UpperDir holds what the sandbox wrote.
-func (r *Rootfs) UpperDir() string { return r.upper }
+func (r *Root) UpperDir() string { return r.upper }
 
 // LogPath is where the sandbox's envd log belongs: beside the upper and
 // work dirs, on the file system of the writable layer, so that with a
 // disk limit the log counts against the sandbox's disk and cannot fill
 // the host's. The sandbox sees only the upper dir, never this file.
-func (r *Rootfs) LogPath() string { return filepath.Join(filepath.Dir(r.upper), "envd.log") }
-
-func (s *Store) sandboxDir(id string) string { return filepath.Join(s.dir, "sandboxes", id) }
+func (r *Root) LogPath() string { return filepath.Join(filepath.Dir(r.upper), "envd.log") }
 
 // Mount mounts a root filesystem for sandbox id at sandboxes/<id>/rootfs:
-// an overlay of layers (directories, BOTTOM FIRST, as in Template.Layers
-// and LayerDirs) under a writable layer limited to diskSizeMB.
+// an overlay of layers (directories, BOTTOM FIRST, as in image.Template.Layers
+// and image.Store.LayerDirs) under a writable layer limited to diskSizeMB.
 //
 // diskSizeMB > 0: the writable layer (overlay upper and work dirs) lives on
 // a file system of its own, a sparse ext4 image of that size on a loop
@@ -45,7 +44,7 @@ func (s *Store) sandboxDir(id string) string { return filepath.Join(s.dir, "sand
 // The package documentation has the details and measurements.
 //
 // On failure nothing of it is left.
-func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (_ *Rootfs, err error) {
+func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (_ *Root, err error) {
 	if !idPattern.MatchString(id) {
 		return nil, fmt.Errorf("image: invalid sandbox id %q", id)
 	}
@@ -61,14 +60,14 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 	if diskSizeMB < 0 {
 		return nil, fmt.Errorf("image: diskSizeMB %d is negative", diskSizeMB)
 	}
-	dir := s.sandboxDir(id)
+	dir := m.sandboxDir(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("image: sandbox %s already has a root filesystem", id)
 		}
 		return nil, err
 	}
-	r := &Rootfs{dir: dir, merged: filepath.Join(dir, "rootfs")}
+	r := &Root{dir: dir, merged: filepath.Join(dir, "rootfs")}
 	defer func() {
 		if err != nil {
 			_ = r.Unmount()
@@ -77,7 +76,7 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 	writable := dir
 	if diskSizeMB > 0 {
 		writable = filepath.Join(dir, "disk")
-		if err := s.mountDisk(ctx, filepath.Join(dir, "disk.img"), writable, diskSizeMB); err != nil {
+		if err := m.mountDisk(ctx, filepath.Join(dir, "disk.img"), writable, diskSizeMB); err != nil {
 			return nil, err
 		}
 	}
@@ -109,8 +108,8 @@ func (s *Store) Mount(ctx context.Context, id string, layers []string, diskSizeM
 // mountDisk puts a fresh sparse ext4 image of sizeMB at img and mounts it
 // at target through an auto-clearing loop device, which the kernel
 // detaches when the file system is unmounted.
-func (s *Store) mountDisk(ctx context.Context, img, target string, sizeMB int) error {
-	tmpl, err := s.diskTemplate(ctx, sizeMB)
+func (m *Manager) mountDisk(ctx context.Context, img, target string, sizeMB int) error {
+	tmpl, err := m.diskTemplate(ctx, sizeMB)
 	if err != nil {
 		return err
 	}
@@ -141,7 +140,7 @@ func (s *Store) mountDisk(ctx context.Context, img, target string, sizeMB int) e
 
 // Unmount removes the overlay, the disk image and its loop device, and the
 // sandbox's directory. It is safe to call again after a partial failure.
-func (r *Rootfs) Unmount() error { return removeSandbox(r.dir) }
+func (r *Root) Unmount() error { return removeSandbox(r.dir) }
 
 // removeSandbox unmounts the overlay, then the disk under it, then
 // anything else below dir, and removes dir. It never removes files through
@@ -149,11 +148,11 @@ func (r *Rootfs) Unmount() error { return removeSandbox(r.dir) }
 func removeSandbox(dir string) error {
 	shutDownDisk(filepath.Join(dir, "disk"))
 	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk")} {
-		if err := unmount(m); err != nil {
+		if err := mountinfo.Unmount(m); err != nil {
 			return err
 		}
 	}
-	if err := removeTree(dir); err != nil {
+	if err := mountinfo.RemoveTree(dir); err != nil {
 		return fmt.Errorf("image: removing %s: %w", dir, err)
 	}
 	return nil
@@ -202,16 +201,16 @@ func isLoopExt4Root(fd int, dir string) bool {
 // Adopt returns the root filesystem a previous run of warren mounted for
 // sandbox id, which is still in use, so that it can be unmounted later. It
 // reports false if there is none (no overlay mounted at its rootfs).
-func (s *Store) Adopt(id string) (*Rootfs, bool) {
+func (m *Manager) Adopt(id string) (*Root, bool) {
 	if !idPattern.MatchString(id) {
 		return nil, false
 	}
-	dir := s.sandboxDir(id)
-	r := &Rootfs{dir: dir, merged: filepath.Join(dir, "rootfs"), upper: filepath.Join(dir, "upper")}
+	dir := m.sandboxDir(id)
+	r := &Root{dir: dir, merged: filepath.Join(dir, "rootfs"), upper: filepath.Join(dir, "upper")}
 	if _, err := os.Stat(filepath.Join(dir, "disk", "upper")); err == nil {
 		r.upper = filepath.Join(dir, "disk", "upper")
 	}
-	mounts, err := mountsBelow(dir)
+	mounts, err := mountinfo.Below(dir)
 	if err != nil {
 		return nil, false
 	}

@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"context"
@@ -12,20 +12,24 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // baseLayers returns the layers of the base template in Warren's data
-// directory, building it if needed (see TestEnsureBase).
+// directory, building it if needed (see baseimage.TestEnsureBase).
 func baseLayers(t *testing.T) []string {
 	t.Helper()
-	needRoot(t)
-	s, err := Open(defaultDataDir)
+	testenv.NeedRoot(t)
+	s, err := image.Open(defaultDataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	tmpl, err := s.EnsureBase(ctx, BaseOptions{}, tlog{t})
+	tmpl, err := baseimage.Ensure(ctx, s, baseimage.Options{}, testenv.Log(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +42,7 @@ func baseLayers(t *testing.T) []string {
 
 func TestMountOverBaseWithDiskLimit(t *testing.T) {
 	layers := baseLayers(t)
-	s, err := Open(t.TempDir()) // sandboxes out of the real data dir's Cleanup
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, t.TempDir()) // sandboxes out of the real data dir's Cleanup
 	r, err := s.Mount(context.Background(), "sb1", layers, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +211,7 @@ func TestMountConcurrent(t *testing.T) {
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	roots := make([]*Rootfs, n)
+	roots := make([]*Root, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {

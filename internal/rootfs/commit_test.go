@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"context"
@@ -10,7 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"golang.org/x/sys/unix"
+)
+
+// Extended attributes a committed layer keeps.
+const (
+	capabilityXattr = "security.capability"
+	opaqueXattr     = "trusted.overlay.opaque"
 )
 
 // TestCommitCopiesTheUpperDir writes everything a layer can hold through
@@ -50,7 +58,7 @@ func TestCommitCopiesTheUpperDir(t *testing.T) {
 	must(os.WriteFile(at("suid"), []byte("#!/bin/sh\n"), 0o755))
 	must(unix.Chmod(at("suid"), 0o4755))
 	must(os.WriteFile(at("ping"), []byte("ping"), 0o755))
-	must(unix.Setxattr(at("ping"), capabilityXattr, capV2(), 0))
+	must(unix.Setxattr(at("ping"), capabilityXattr, testenv.CapV2(), 0))
 	must(unix.Setxattr(at("ping"), "user.note", []byte("hello"), 0))
 	must(os.Symlink("home/user/f", at("link")))
 	must(unix.Lchown(at("link"), 1000, 1000))
@@ -74,23 +82,23 @@ func TestCommitCopiesTheUpperDir(t *testing.T) {
 		must(os.Chtimes(at(p), when, when))
 	}
 
-	if err := r.Commit(s, "c1"); err != nil {
+	if err := r.Commit(s.Store, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	assertGone(t, s, "commit1")
-	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", commitTempPrefix+"*")); len(tmps) > 0 {
+	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", image.CommitTempPrefix+"*")); len(tmps) > 0 {
 		t.Errorf("temporary dirs left: %v", tmps)
 	}
 	l := s.LayerDir("c1")
 	in := func(p string) string { return filepath.Join(l, p) }
 
-	if st := stat(t, in("home/user/f")); st.Uid != 1000 || st.Gid != 1001 || st.Mode&0o7777 != 0o640 || st.Nlink != 2 {
+	if st := testenv.Lstat(t, in("home/user/f")); st.Uid != 1000 || st.Gid != 1001 || st.Mode&0o7777 != 0o640 || st.Nlink != 2 {
 		t.Errorf("home/user/f: uid %d gid %d mode %o nlink %d, want 1000 1001 640 2", st.Uid, st.Gid, st.Mode&0o7777, st.Nlink)
 	}
-	if a, b := stat(t, in("home/user/f")), stat(t, in("home/user/deep/er/hard")); a.Ino != b.Ino {
+	if a, b := testenv.Lstat(t, in("home/user/f")), testenv.Lstat(t, in("home/user/deep/er/hard")); a.Ino != b.Ino {
 		t.Error("the hard link became a copy")
 	}
-	if st := stat(t, in("home/user")); st.Uid != 1000 || st.Mode&0o7777 != 0o750 {
+	if st := testenv.Lstat(t, in("home/user")); st.Uid != 1000 || st.Mode&0o7777 != 0o750 {
 		t.Errorf("home/user: uid %d mode %o, want 1000 750", st.Uid, st.Mode&0o7777)
 	}
 	for _, p := range []string{"home/user/f", "suid", "home/user/deep/er", "home/user"} {
@@ -98,32 +106,32 @@ func TestCommitCopiesTheUpperDir(t *testing.T) {
 			t.Errorf("%s: mtime %v %v, want %v", p, fi.ModTime(), err, when)
 		}
 	}
-	if st := stat(t, in("suid")); st.Mode&0o7777 != 0o4755 {
+	if st := testenv.Lstat(t, in("suid")); st.Mode&0o7777 != 0o4755 {
 		t.Errorf("suid: mode %o, want 4755", st.Mode&0o7777)
 	}
-	if v := xattr(t, in("ping"), capabilityXattr); v != string(capV2()) {
-		t.Errorf("ping: capability %x, want %x", v, capV2())
+	if v := testenv.Xattr(t, in("ping"), capabilityXattr); v != string(testenv.CapV2()) {
+		t.Errorf("ping: capability %x, want %x", v, testenv.CapV2())
 	}
-	if v := xattr(t, in("ping"), "user.note"); v != "hello" {
+	if v := testenv.Xattr(t, in("ping"), "user.note"); v != "hello" {
 		t.Errorf("ping: user.note %q", v)
 	}
 	if target, err := os.Readlink(in("link")); err != nil || target != "home/user/f" {
 		t.Errorf("link -> %q %v", target, err)
 	}
-	if st := stat(t, in("link")); st.Uid != 1000 {
+	if st := testenv.Lstat(t, in("link")); st.Uid != 1000 {
 		t.Errorf("link owned by %d, want 1000", st.Uid)
 	}
-	if st := stat(t, in("fifo")); st.Mode&unix.S_IFMT != unix.S_IFIFO || st.Mode&0o777 != 0o620 {
+	if st := testenv.Lstat(t, in("fifo")); st.Mode&unix.S_IFMT != unix.S_IFIFO || st.Mode&0o777 != 0o620 {
 		t.Errorf("fifo: mode %o", st.Mode)
 	}
-	assertWhiteout(t, in("gone"))
-	if v := xattr(t, in("opq"), opaqueXattr); v != "y" {
+	testenv.AssertWhiteout(t, in("gone"))
+	if v := testenv.Xattr(t, in("opq"), opaqueXattr); v != "y" {
 		t.Errorf("opq: %s = %q, want y", opaqueXattr, v)
 	}
-	if names := dirNames(t, in("dev")); len(names) != 0 {
+	if names := testenv.DirNames(t, in("dev")); len(names) != 0 {
 		t.Errorf("device nodes in the layer: %v", names)
 	}
-	st := stat(t, in("sparse"))
+	st := testenv.Lstat(t, in("sparse"))
 	if st.Size != 1<<40 || st.Blocks*512 > 1<<20 {
 		t.Errorf("sparse: size %d, %d bytes allocated; want 1 TiB in a few KiB", st.Size, st.Blocks*512)
 	}
@@ -140,7 +148,7 @@ func TestCommitCopiesTheUpperDir(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(r2.Dir(), "gone")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("gone is visible over the committed layer: %v", err)
 	}
-	if names := dirNames(t, filepath.Join(r2.Dir(), "opq")); !slices.Equal(names, []string{"new"}) {
+	if names := testenv.DirNames(t, filepath.Join(r2.Dir(), "opq")); !slices.Equal(names, []string{"new"}) {
 		t.Errorf("opq shows %v, want [new]", names)
 	}
 	if b, err := os.ReadFile(filepath.Join(r2.Dir(), "keep")); err != nil || string(b) != "keep" {
@@ -163,18 +171,18 @@ func TestCommitKeepsAnExistingLayer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(r.Dir(), "mine"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Commit(s, "dup"); err != nil {
+	if err := r.Commit(s.Store, "dup"); err != nil {
 		t.Fatal(err)
 	}
 	assertGone(t, s, "commit3")
-	if names := dirNames(t, s.LayerDir("dup")); !slices.Equal(names, []string{"theirs"}) {
+	if names := testenv.DirNames(t, s.LayerDir("dup")); !slices.Equal(names, []string{"theirs"}) {
 		t.Errorf("existing layer now holds %v", names)
 	}
 	r, err = s.Mount(ctx, "commit4", []string{l1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Commit(s, "../bad"); err == nil {
+	if err := r.Commit(s.Store, "../bad"); err == nil {
 		t.Error("Commit with a bad layer ID succeeded")
 	}
 	assertGone(t, s, "commit4")

@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,8 +23,8 @@ const diskFormat = "v2"
 // disks/, formatting it the first time a size is asked for. Concurrent
 // first calls may both format; each renames a complete image into place,
 // so a reader only ever sees a whole one.
-func (s *Store) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
-	p := filepath.Join(s.dir, "disks", fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
+func (m *Manager) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
+	p := filepath.Join(m.dir, "disks", fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
@@ -54,8 +56,14 @@ func (s *Store) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
 func formatDisk(ctx context.Context, img string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := commandOutput(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img)
+	// As every command of the image packages: killed with its process
+	// group, and its output pipes not waited on for long.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("image: mkfs.ext4: %v: %s", err, out)
 	}

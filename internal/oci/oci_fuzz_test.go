@@ -1,4 +1,4 @@
-package image
+package oci
 
 import (
 	"archive/tar"
@@ -10,39 +10,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/layertar"
 )
-
-// FuzzEntryPath: whatever a tar entry is called, entryPath either
-// refuses it or names a path inside the layer.
-func FuzzEntryPath(f *testing.F) {
-	for _, s := range []string{"", ".", "./", "/", "a", "a/b/", "../x", "a/../../x", "/etc/passwd", "./../x", "a/./b",
-		"..", "...", "a/..", "a//b", "\x00", "a/\x00/b", "..\\x", strings.Repeat("../", 100) + "x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		rel, err := entryPath(name)
-		if err != nil {
-			return
-		}
-		if rel == "" || path.IsAbs(rel) || rel != path.Clean(rel) {
-			t.Fatalf("entryPath(%q) = %q: not a clean relative path", name, rel)
-		}
-		if rel == ".." || strings.HasPrefix(rel, "../") {
-			t.Fatalf("entryPath(%q) = %q climbs out", name, rel)
-		}
-		root := "/layer/root"
-		if p := filepath.Join(root, rel); p != root && !strings.HasPrefix(p, root+"/") {
-			t.Fatalf("entryPath(%q) = %q lands at %s, outside %s", name, rel, p, root)
-		}
-	})
-}
 
 // FuzzUnpackLayer feeds tar streams to the layer unpacker, in a data dir
 // beside an "outside" dir with a victim file, and checks that nothing was
@@ -65,13 +40,13 @@ func FuzzUnpackLayer(f *testing.F) {
 		if err := os.WriteFile(victim, []byte("victim"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s, err := Open(filepath.Join(base, "data"))
+		s, err := image.Open(filepath.Join(base, "data"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256(data)
 		diffID := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
-		id, err := s.unpackLayer(context.Background(), diffID, func() (io.ReadCloser, error) {
+		id, err := unpackLayer(context.Background(), s, diffID, func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(data)), nil
 		}, nil)
 
@@ -103,7 +78,7 @@ func FuzzUnpackLayer(f *testing.F) {
 		if id != "" {
 			l := s.LayerDir(id)
 			_ = filepath.WalkDir(l, func(p string, d fs.DirEntry, err error) error {
-				if err == nil && d.Type()&fs.ModeDevice != 0 && !isWhiteout(p) {
+				if err == nil && d.Type()&fs.ModeDevice != 0 && !layertar.IsWhiteout(p) {
 					t.Fatalf("device node %s in the layer", p)
 				}
 				return nil

@@ -1,4 +1,4 @@
-package image
+package oci
 
 import (
 	"context"
@@ -23,14 +23,14 @@ import (
 // it is named: its address is checked when it is dialled, after the name
 // was resolved.
 func TestPullRefusesLoopbackRegistry(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	reg, _ := startRegistry(t, nil)
 	l := mkTar(t, tfile("f", "f", 0o644))
 	push(t, reg.host+"/test/img:1", testImage(t, "amd64", v1.Config{}, l))
 	_, port, _ := net.SplitHostPort(reg.host)
 	ctx := context.Background()
 	for _, host := range []string{reg.host, "localhost:" + port, "0.0.0.0:" + port, "[::ffff:127.0.0.1]:" + port} {
-		_, err := s.Pull(ctx, host+"/test/img:1", PullOptions{})
+		_, err := Pull(ctx, s, host+"/test/img:1", PullOptions{})
 		t.Log(err)
 		if !errors.Is(err, ErrRegistryNotAllowed) || !strings.Contains(err.Error(), "--allow-insecure-registry") {
 			t.Errorf("%s: err = %v, want a refusal that says what to do", host, err)
@@ -38,7 +38,7 @@ func TestPullRefusesLoopbackRegistry(t *testing.T) {
 	}
 	// Allowed by host and port, or by host alone.
 	for _, allow := range []string{reg.host, "127.0.0.1"} {
-		tmpl, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{AllowInsecure: []string{allow}})
+		tmpl, err := Pull(ctx, s, reg.host+"/test/img:1", PullOptions{AllowInsecure: []string{allow}})
 		if err != nil {
 			t.Fatalf("allowed %s: %v", allow, err)
 		}
@@ -47,12 +47,12 @@ func TestPullRefusesLoopbackRegistry(t *testing.T) {
 		}
 	}
 	// Allowing one port does not allow another.
-	if _, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{AllowInsecure: []string{"127.0.0.1:1"}}); !errors.Is(err, ErrRegistryNotAllowed) {
+	if _, err := Pull(ctx, s, reg.host+"/test/img:1", PullOptions{AllowInsecure: []string{"127.0.0.1:1"}}); !errors.Is(err, ErrRegistryNotAllowed) {
 		t.Errorf("another port allowed: err = %v, want a refusal", err)
 	}
 	// The mirror is allowed.
 	push(t, reg.host+"/library/mirrored:1", testImage(t, "amd64", v1.Config{}, l))
-	if _, err := s.Pull(ctx, "mirrored:1", PullOptions{Mirror: "http://" + reg.host}); err != nil {
+	if _, err := Pull(ctx, s, "mirrored:1", PullOptions{Mirror: "http://" + reg.host}); err != nil {
 		t.Errorf("through the mirror: %v", err)
 	}
 }
@@ -61,17 +61,17 @@ func TestPullRefusesLoopbackRegistry(t *testing.T) {
 // a network namespace of its own behind a veth, so nothing leaves the
 // machine whatever the pull does.
 func TestPullRefusesPrivateRegistry(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	host := privateRegistry(t)
 	l := mkTar(t, tfile("p", "p", 0o644))
 	push(t, host+"/test/img:1", testImage(t, "amd64", v1.Config{}, l))
 	ctx := context.Background()
-	_, err := s.Pull(ctx, host+"/test/img:1", PullOptions{})
+	_, err := Pull(ctx, s, host+"/test/img:1", PullOptions{})
 	t.Log(err)
 	if !errors.Is(err, ErrRegistryNotAllowed) || !strings.Contains(err.Error(), "private") || !strings.Contains(err.Error(), "--allow-insecure-registry") {
 		t.Errorf("err = %v, want a refusal of a private address", err)
 	}
-	tmpl, err := s.Pull(ctx, host+"/test/img:1", PullOptions{AllowInsecure: []string{host}})
+	tmpl, err := Pull(ctx, s, host+"/test/img:1", PullOptions{AllowInsecure: []string{host}})
 	if err != nil {
 		t.Fatalf("allowed: %v", err)
 	}

@@ -1,4 +1,4 @@
-package image
+package oci
 
 // Which registries a pull may reach.
 //

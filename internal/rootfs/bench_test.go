@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // BenchmarkMountOverlay times Mount (Unmount is timed separately) with no
@@ -60,11 +63,8 @@ func BenchmarkMountOverlay(b *testing.B) {
 // BenchmarkDiskImage compares the two ways to get a fresh ext4 image:
 // running mkfs.ext4, and copying a pre-formatted one (what Mount does).
 func BenchmarkDiskImage(b *testing.B) {
-	needRoot(b)
-	s, err := Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	testenv.NeedRoot(b)
+	s := openStore(b, b.TempDir())
 	ctx := context.Background()
 	for _, mb := range []int{64, 1024, 10240} {
 		b.Run(fmt.Sprintf("mkfs/%dMB", mb), func(b *testing.B) {
@@ -158,11 +158,11 @@ func BenchmarkCommit(b *testing.B) {
 				}
 				id := fmt.Sprint("c", i)
 				b.StartTimer()
-				if err := r.Commit(s, id); err != nil {
+				if err := r.Commit(s.Store, id); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if err := removeTree(s.LayerDir(id)); err != nil {
+				if err := mountinfo.RemoveTree(s.LayerDir(id)); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()

@@ -1,4 +1,4 @@
-package image
+package oci
 
 import (
 	"archive/tar"
@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,7 +32,19 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"golang.org/x/sys/unix"
+)
+
+// Names in a layer's on-disk form (literal here: the tests check that
+// form, not the package's constants).
+const (
+	opaqueXattr      = "trusted.overlay.opaque"
+	whiteoutOpaque   = ".wh..wh..opq"
+	capabilityXattr  = "security.capability"
+	capabilityPAXKey = "SCHILY.xattr." + capabilityXattr
 )
 
 // tarEntry is one entry of a test layer; Typeflag 0 is a regular file
@@ -124,20 +135,11 @@ func testImage(t testing.TB, arch string, c v1.Config, tars ...[]byte) v1.Image 
 	return img
 }
 
-// capV2 is a security.capability value (VFS_CAP_REVISION_2, effective)
-// granting CAP_NET_RAW.
-func capV2() []byte {
-	b := make([]byte, 20)
-	binary.LittleEndian.PutUint32(b[0:], 0x02000000|1)
-	binary.LittleEndian.PutUint32(b[4:], 1<<13)
-	return b
-}
-
 // unpackLayers is the two-layer image of TestOCIUnpackWhiteouts.
 func unpackLayers(t testing.TB) (l1, l2 []byte) {
 	setuid := tfile("bin/su", "su", 0o4755)
 	ping := tfile("bin/ping", "ping", 0o755)
-	ping.PAXRecords = map[string]string{capabilityPAXKey: string(capV2())}
+	ping.PAXRecords = map[string]string{capabilityPAXKey: string(testenv.CapV2())}
 	home := tdir("home/user/", 0o750)
 	home.Uid, home.Gid = 1000, 1000
 	owned := tfile("home/user/f", "mine", 0o640)
@@ -178,11 +180,11 @@ func unpackLayers(t testing.TB) (l1, l2 []byte) {
 }
 
 func TestOCIUnpackWhiteouts(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	ctx := context.Background()
 	l1, l2 := unpackLayers(t)
 	img := testImage(t, "amd64", v1.Config{}, l1, l2)
-	tmpl, err := s.unpackImage(ctx, img, func(f string, a ...any) { t.Logf(f, a...) }, false)
+	tmpl, err := unpackImage(ctx, s, img, func(f string, a ...any) { t.Logf(f, a...) }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +198,11 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 	d1, d2 := s.LayerDir(want[0]), s.LayerDir(want[1])
 
 	// The layer dirs themselves: whiteouts in overlayfs form, times kept.
-	assertWhiteout(t, filepath.Join(d2, "etc", "gone"))
+	testenv.AssertWhiteout(t, filepath.Join(d2, "etc", "gone"))
 	if _, err := os.Lstat(filepath.Join(d2, "etc", ".wh.gone")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf(".wh.gone left in the layer: %v", err)
 	}
-	if v := xattr(t, filepath.Join(d2, "opq"), opaqueXattr); v != "y" {
+	if v := testenv.Xattr(t, filepath.Join(d2, "opq"), opaqueXattr); v != "y" {
 		t.Errorf("opq: %s = %q, want y", opaqueXattr, v)
 	}
 	if _, err := os.Lstat(filepath.Join(d2, "opq", whiteoutOpaque)); !errors.Is(err, fs.ErrNotExist) {
@@ -215,18 +217,22 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 			t.Errorf("%s: mtime %v, want %v", p, fi.ModTime(), testMtime)
 		}
 	}
-	if a, b := stat(t, filepath.Join(d1, "etc", "keep")), stat(t, filepath.Join(d1, "etc", "hard")); a.Ino != b.Ino || a.Nlink != 2 {
+	if a, b := testenv.Lstat(t, filepath.Join(d1, "etc", "keep")), testenv.Lstat(t, filepath.Join(d1, "etc", "hard")); a.Ino != b.Ino || a.Nlink != 2 {
 		t.Errorf("etc/hard is not a hard link of etc/keep: inodes %d, %d, nlink %d", a.Ino, b.Ino, a.Nlink)
 	}
 	if fi, err := os.Lstat(d1); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("layer root: %v %v, want mode 0755", fi.Mode(), err)
 	}
-	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", ociTempPrefix+"*")); len(tmps) > 0 {
+	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", image.OCITempPrefix+"*")); len(tmps) > 0 {
 		t.Errorf("temporary dirs left: %v", tmps)
 	}
 
 	// The merged view, as a sandbox sees it.
-	r, err := s.Mount(ctx, "ocitest", []string{d1, d2}, 0)
+	roots, err := rootfs.Open(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := roots.Mount(ctx, "ocitest", []string{d1, d2}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +240,7 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 		if err := r.Unmount(); err != nil {
 			t.Error(err)
 		}
-		assertGone(t, s, "ocitest")
+		assertUnmounted(t, filepath.Dir(r.Dir()))
 	}()
 	m := r.Dir()
 	if _, err := os.Lstat(filepath.Join(m, "etc", "gone")); !errors.Is(err, fs.ErrNotExist) {
@@ -246,7 +252,7 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(m, "etc", "hard")); err != nil || string(b) != "keep\n" {
 		t.Errorf("etc/hard: %q %v", b, err)
 	}
-	if names := dirNames(t, filepath.Join(m, "opq")); !slices.Equal(names, []string{"new"}) {
+	if names := testenv.DirNames(t, filepath.Join(m, "opq")); !slices.Equal(names, []string{"new"}) {
 		t.Errorf("opaque dir shows %v, want only [new]", names)
 	}
 	if l, err := os.Readlink(filepath.Join(m, "link")); err != nil || l != "etc/keep" {
@@ -255,29 +261,29 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(m, "link")); err != nil || string(b) != "keep\n" {
 		t.Errorf("reading through link: %q %v", b, err)
 	}
-	if st := stat(t, filepath.Join(m, "bin", "su")); st.Mode&0o7777 != 0o4755 {
+	if st := testenv.Lstat(t, filepath.Join(m, "bin", "su")); st.Mode&0o7777 != 0o4755 {
 		t.Errorf("bin/su mode %o, want 4755 (setuid)", st.Mode&0o7777)
 	}
-	if v := xattr(t, filepath.Join(m, "bin", "ping"), capabilityXattr); v != string(capV2()) {
-		t.Errorf("bin/ping capability %x, want %x", v, capV2())
+	if v := testenv.Xattr(t, filepath.Join(m, "bin", "ping"), capabilityXattr); v != string(testenv.CapV2()) {
+		t.Errorf("bin/ping capability %x, want %x", v, testenv.CapV2())
 	}
-	if st := stat(t, filepath.Join(m, "home", "user")); st.Uid != 1000 || st.Gid != 1000 || st.Mode&0o7777 != 0o750 {
+	if st := testenv.Lstat(t, filepath.Join(m, "home", "user")); st.Uid != 1000 || st.Gid != 1000 || st.Mode&0o7777 != 0o750 {
 		t.Errorf("home/user: uid %d gid %d mode %o, want 1000 1000 750", st.Uid, st.Gid, st.Mode&0o7777)
 	}
-	if st := stat(t, filepath.Join(m, "home", "user", "f")); st.Uid != 1000 || st.Gid != 1000 || st.Mode&0o7777 != 0o640 {
+	if st := testenv.Lstat(t, filepath.Join(m, "home", "user", "f")); st.Uid != 1000 || st.Gid != 1000 || st.Mode&0o7777 != 0o640 {
 		t.Errorf("home/user/f: uid %d gid %d mode %o, want 1000 1000 640", st.Uid, st.Gid, st.Mode&0o7777)
 	}
 	if _, err := os.Lstat(filepath.Join(m, "dev", "null")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("dev/null: %v, want the device node left out", err)
 	}
-	if st := stat(t, filepath.Join(m, "dev", "fifo")); st.Mode&unix.S_IFMT != unix.S_IFIFO || st.Mode&0o777 != 0o620 {
+	if st := testenv.Lstat(t, filepath.Join(m, "dev", "fifo")); st.Mode&unix.S_IFMT != unix.S_IFIFO || st.Mode&0o777 != 0o620 {
 		t.Errorf("dev/fifo: mode %o, want a fifo 0620", st.Mode)
 	}
 	if b, err := os.ReadFile(filepath.Join(m, "newfile")); err != nil || string(b) != "2" {
 		t.Errorf("newfile: %q %v", b, err)
 	}
 	for _, d := range []string{"re", "re2"} {
-		if names := dirNames(t, filepath.Join(m, d)); !slices.Equal(names, []string{"new"}) {
+		if names := testenv.DirNames(t, filepath.Join(m, d)); !slices.Equal(names, []string{"new"}) {
 			t.Errorf("%s, deleted and made anew, shows %v, want only [new]", d, names)
 		}
 	}
@@ -286,49 +292,8 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 	}
 }
 
-func assertWhiteout(t testing.TB, p string) {
-	t.Helper()
-	st := stat(t, p)
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
-		t.Errorf("%s: mode %o rdev %d, want a whiteout (char device 0:0)", p, st.Mode, st.Rdev)
-	}
-}
-
-func stat(t testing.TB, p string) unix.Stat_t {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-func xattr(t testing.TB, p, key string) string {
-	t.Helper()
-	buf := make([]byte, 256)
-	n, err := unix.Lgetxattr(p, key, buf)
-	if err != nil {
-		t.Errorf("%s: getting %s: %v", p, key, err)
-		return ""
-	}
-	return string(buf[:n])
-}
-
-func dirNames(t testing.TB, d string) []string {
-	t.Helper()
-	es, err := os.ReadDir(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 func TestUnpackEscapes(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	outside := t.TempDir()
 	cases := map[string][]byte{
 		"dotdot":   mkTar(t, tfile("../escaped", "x", 0o644)),
@@ -351,7 +316,7 @@ func TestUnpackEscapes(t *testing.T) {
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
-			id, err := s.unpackLayer(context.Background(), diffIDOf(b), opener(b), nil)
+			id, err := unpackLayer(context.Background(), s, diffIDOf(b), opener(b), nil)
 			if err == nil {
 				t.Fatalf("unpacked as %s; want an error", id)
 			}
@@ -367,10 +332,10 @@ func TestUnpackEscapes(t *testing.T) {
 					t.Errorf("%s written: %v", p, err)
 				}
 			}
-			if names := dirNames(t, outside); !slices.Equal(names, []string{"victim"}) {
+			if names := testenv.DirNames(t, outside); !slices.Equal(names, []string{"victim"}) {
 				t.Errorf("written outside: %v", names)
 			}
-			if st := stat(t, filepath.Join(outside, "victim")); st.Mode&unix.S_IFMT != unix.S_IFREG {
+			if st := testenv.Lstat(t, filepath.Join(outside, "victim")); st.Mode&unix.S_IFMT != unix.S_IFREG {
 				t.Errorf("victim replaced: mode %o", st.Mode)
 			}
 			if _, err := unix.Getxattr(outside, opaqueXattr, make([]byte, 8)); err == nil {
@@ -384,7 +349,7 @@ func TestUnpackEscapes(t *testing.T) {
 // (a whiteout, char 0:0, is not one), links to them too; setuid and
 // setgid bits stay (sudo needs them), out of other local users' reach.
 func TestUnpackDeviceNodesAndSetuid(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	dev := func(n string, typ byte, major, minor int64) tarEntry {
 		return tarEntry{Header: tar.Header{Name: n, Typeflag: typ, Mode: 0o666, Devmajor: major, Devminor: minor}}
 	}
@@ -401,7 +366,7 @@ func TestUnpackDeviceNodesAndSetuid(t *testing.T) {
 		tdir("bin/", 0o755), rootbash, sgid,
 	)
 	var progress []string
-	id, err := s.unpackLayer(context.Background(), diffIDOf(b), opener(b), func(f string, a ...any) {
+	id, err := unpackLayer(context.Background(), s, diffIDOf(b), opener(b), func(f string, a ...any) {
 		progress = append(progress, fmt.Sprintf(f, a...))
 	})
 	if err != nil {
@@ -411,16 +376,16 @@ func TestUnpackDeviceNodesAndSetuid(t *testing.T) {
 	if devs := deviceNodes(t, l); !slices.Equal(devs, []string{"dev/wh"}) {
 		t.Errorf("device nodes in the layer: %v, want only the whiteout dev/wh", devs)
 	}
-	if names := dirNames(t, filepath.Join(l, "dev")); !slices.Equal(names, []string{"fifo", "wh"}) {
+	if names := testenv.DirNames(t, filepath.Join(l, "dev")); !slices.Equal(names, []string{"fifo", "wh"}) {
 		t.Errorf("dev/ holds %v", names)
 	}
 	if !slices.ContainsFunc(progress, func(p string) bool { return strings.Contains(p, "left out 4 device node(s)") }) {
 		t.Errorf("progress does not say devices were left out: %q", progress)
 	}
-	if st := stat(t, filepath.Join(l, "bin", "rootbash")); st.Mode&0o7777 != 0o4755 {
+	if st := testenv.Lstat(t, filepath.Join(l, "bin", "rootbash")); st.Mode&0o7777 != 0o4755 {
 		t.Errorf("rootbash: mode %o, want 4755", st.Mode&0o7777)
 	}
-	if st := stat(t, filepath.Join(l, "bin", "sgid")); st.Mode&0o7777 != 0o2755 {
+	if st := testenv.Lstat(t, filepath.Join(l, "bin", "sgid")); st.Mode&0o7777 != 0o2755 {
 		t.Errorf("sgid: mode %o, want 2755", st.Mode&0o7777)
 	}
 	// Another local user cannot reach the setuid program, even when the
@@ -462,7 +427,7 @@ func deviceNodes(t testing.TB, dir string) []string {
 // few kilobytes could write any amount: refused. (1 GiB here, so that a
 // regression does not fill the disk.)
 func TestUnpackRefusesSparse(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big")
 	if err := os.WriteFile(big, nil, 0o644); err != nil {
@@ -484,7 +449,7 @@ func TestUnpackRefusesSparse(t *testing.T) {
 			if len(b) > 64<<10 {
 				t.Fatalf("the archive is %d bytes: not sparse", len(b))
 			}
-			_, err = s.unpackLayer(context.Background(), diffIDOf(b), opener(b), nil)
+			_, err = unpackLayer(context.Background(), s, diffIDOf(b), opener(b), nil)
 			if err == nil {
 				t.Fatal("a sparse entry was unpacked")
 			}
@@ -500,16 +465,16 @@ func TestUnpackRefusesSparse(t *testing.T) {
 // match the diffID it is unpacked as is refused: layer dirs are shared by
 // that name.
 func TestUnpackDiffIDMismatch(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	b := mkTar(t, tfile("f", "x", 0o644))
 	other := diffIDOf([]byte("something else"))
-	if _, err := s.unpackLayer(context.Background(), other, opener(b), nil); err == nil || !strings.Contains(err.Error(), "diffID") {
+	if _, err := unpackLayer(context.Background(), s, other, opener(b), nil); err == nil || !strings.Contains(err.Error(), "diffID") {
 		t.Fatalf("err = %v, want a diffID mismatch", err)
 	}
 	if _, err := os.Lstat(s.LayerDir("oci-" + other.Hex)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("layer dir made: %v", err)
 	}
-	if _, err := s.unpackLayer(context.Background(), v1.Hash{Algorithm: "sha256", Hex: "../../x"}, opener(b), nil); err == nil {
+	if _, err := unpackLayer(context.Background(), s, v1.Hash{Algorithm: "sha256", Hex: "../../x"}, opener(b), nil); err == nil {
 		t.Error("a malformed diffID was accepted")
 	}
 }
@@ -601,7 +566,7 @@ func (p *progressLog) count(sub string) int {
 }
 
 func TestPullFromRegistry(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	reg, _ := startRegistry(t, nil)
 	ctx := context.Background()
 	l1 := mkTar(t, tdir("app/", 0o755), tfile("app/run", "#!/bin/sh\n", 0o755))
@@ -622,7 +587,7 @@ func TestPullFromRegistry(t *testing.T) {
 	}
 
 	p1 := &progressLog{t: t}
-	tmpl, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p1.add, AllowInsecure: []string{reg.host}})
+	tmpl, err := Pull(ctx, s, reg.host+"/test/img:1", PullOptions{Progress: p1.add, AllowInsecure: []string{reg.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -645,7 +610,7 @@ func TestPullFromRegistry(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(s.LayerDir(want[1]), "app", "data")); err != nil || string(b) != "data" {
 		t.Errorf("app/data: %q %v", b, err)
 	}
-	if st := stat(t, filepath.Join(s.LayerDir(want[0]), "app", "run")); st.Mode&0o777 != 0o755 {
+	if st := testenv.Lstat(t, filepath.Join(s.LayerDir(want[0]), "app", "run")); st.Mode&0o777 != 0o755 {
 		t.Errorf("app/run mode %o", st.Mode&0o777)
 	}
 	if n := p1.count("fetching"); n != 2 {
@@ -663,12 +628,12 @@ func TestPullFromRegistry(t *testing.T) {
 	}
 	before := map[string]unix.Stat_t{}
 	for _, id := range want {
-		before[id] = stat(t, s.LayerDir(id))
+		before[id] = testenv.Lstat(t, s.LayerDir(id))
 	}
 
 	// Again: nothing is fetched but the manifest and config.
 	p2 := &progressLog{t: t}
-	again, err := s.Pull(ctx, reg.host+"/test/img:1", PullOptions{Progress: p2.add, AllowInsecure: []string{reg.host}})
+	again, err := Pull(ctx, s, reg.host+"/test/img:1", PullOptions{Progress: p2.add, AllowInsecure: []string{reg.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,14 +649,14 @@ func TestPullFromRegistry(t *testing.T) {
 		}
 	}
 	for _, id := range want {
-		if st := stat(t, s.LayerDir(id)); st.Ino != before[id].Ino || st.Mtim != before[id].Mtim {
+		if st := testenv.Lstat(t, s.LayerDir(id)); st.Ino != before[id].Ino || st.Mtim != before[id].Mtim {
 			t.Errorf("layer dir %s was replaced", id)
 		}
 	}
 }
 
 func TestPullAuth(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	// One registry, served twice: openly (to push) and behind basic auth.
 	open, inner := startRegistry(t, nil)
 	authed, _ := startRegistry(t, func(http.Handler) http.Handler {
@@ -709,17 +674,17 @@ func TestPullAuth(t *testing.T) {
 	ref := authed.host + "/private/img:1"
 	ctx := context.Background()
 
-	_, err := s.Pull(ctx, ref, PullOptions{AllowInsecure: []string{authed.host}})
+	_, err := Pull(ctx, s, ref, PullOptions{AllowInsecure: []string{authed.host}})
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "authentication") || !strings.Contains(err.Error(), "anonymous") {
 		t.Errorf("anonymous pull: err = %v, want one about authentication", err)
 	}
-	_, err = s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "wrong", AllowInsecure: []string{authed.host}})
+	_, err = Pull(ctx, s, ref, PullOptions{Username: "alice", Password: "wrong", AllowInsecure: []string{authed.host}})
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "authentication") || !strings.Contains(err.Error(), `"alice" failed`) {
 		t.Errorf("wrong password: err = %v, want an authentication failure", err)
 	}
-	tmpl, err := s.Pull(ctx, ref, PullOptions{Username: "alice", Password: "s3cret", AllowInsecure: []string{authed.host}})
+	tmpl, err := Pull(ctx, s, ref, PullOptions{Username: "alice", Password: "s3cret", AllowInsecure: []string{authed.host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,30 +694,30 @@ func TestPullAuth(t *testing.T) {
 }
 
 func TestPullUnknown(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	reg, _ := startRegistry(t, nil)
 	push(t, reg.host+"/test/img:1", testImage(t, "amd64", v1.Config{}, mkTar(t, tfile("f", "f", 0o644))))
 	for _, ref := range []string{reg.host + "/test/img:nope", reg.host + "/test/nothing:1"} {
-		_, err := s.Pull(context.Background(), ref, PullOptions{AllowInsecure: []string{reg.host}})
+		_, err := Pull(context.Background(), s, ref, PullOptions{AllowInsecure: []string{reg.host}})
 		t.Log(err)
 		if err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("%s: err = %v, want not found", ref, err)
 		}
 	}
-	_, err := s.Pull(context.Background(), "Not A Reference", PullOptions{})
+	_, err := Pull(context.Background(), s, "Not A Reference", PullOptions{})
 	if err == nil || !strings.Contains(err.Error(), "invalid image reference") {
 		t.Errorf("err = %v, want an invalid reference", err)
 	}
 }
 
 func TestPullMirror(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	reg, _ := startRegistry(t, nil)
 	l := mkTar(t, tfile("etc/os-release", "ID=x\n", 0o644))
 	push(t, reg.host+"/library/x:1", testImage(t, "amd64", v1.Config{}, l))
 	for _, ref := range []string{"docker.io/library/x:1", "x:1"} {
 		p := &progressLog{t: t}
-		tmpl, err := s.Pull(context.Background(), ref, PullOptions{Mirror: "http://" + reg.host, Progress: p.add})
+		tmpl, err := Pull(context.Background(), s, ref, PullOptions{Mirror: "http://" + reg.host, Progress: p.add})
 		if err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
@@ -766,12 +731,12 @@ func TestPullMirror(t *testing.T) {
 }
 
 func TestPullOffline(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
 	// Nothing listens on port 1.
-	_, err := s.Pull(ctx, "127.0.0.1:1/x:1", PullOptions{AllowInsecure: []string{"127.0.0.1:1"}})
+	_, err := Pull(ctx, s, "127.0.0.1:1/x:1", PullOptions{AllowInsecure: []string{"127.0.0.1:1"}})
 	took := time.Since(start)
 	t.Logf("%v after %v", err, took)
 	if err == nil || !strings.Contains(err.Error(), "cannot reach registry 127.0.0.1:1") ||
@@ -783,7 +748,7 @@ func TestPullOffline(t *testing.T) {
 		t.Errorf("took %v to fail", took)
 	}
 	// Through a mirror that is down, too.
-	_, err = s.Pull(ctx, "debian:stable", PullOptions{Mirror: "http://127.0.0.1:1"})
+	_, err = Pull(ctx, s, "debian:stable", PullOptions{Mirror: "http://127.0.0.1:1"})
 	if err == nil || !strings.Contains(err.Error(), "cannot reach registry 127.0.0.1:1") {
 		t.Errorf("err = %v, want the offline advice", err)
 	}
@@ -837,7 +802,7 @@ func tarDir(t testing.TB, dir, dst string) {
 }
 
 func TestImportArchives(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	base := mkTar(t, tdir("etc/", 0o755), tfile("etc/base", "base", 0o644))
@@ -854,7 +819,7 @@ func TestImportArchives(t *testing.T) {
 	if err := tarball.WriteToFile(saved, tag, img); err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := s.Import(ctx, "myimage:1.0", saved)
+	tmpl, err := Import(ctx, s, "myimage:1.0", saved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -862,10 +827,10 @@ func TestImportArchives(t *testing.T) {
 	if !slices.Equal(tmpl.Layers, want) || tmpl.User != "app" || tmpl.Workdir != "/w" || tmpl.Envs["A"] != "1" {
 		t.Errorf("docker save import: %+v", tmpl)
 	}
-	if tmpl.Recipe != "myimage:1.0" || !idPattern.MatchString(tmpl.ID) {
+	if tmpl.Recipe != "myimage:1.0" || !image.ValidID(tmpl.ID) {
 		t.Errorf("template ID %q recipe %q", tmpl.ID, tmpl.Recipe)
 	}
-	got, err := s.ImportedImage("docker.io/library/myimage:1.0")
+	got, err := ImportedImage(s, "docker.io/library/myimage:1.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -889,7 +854,7 @@ func TestImportArchives(t *testing.T) {
 	if err := os.WriteFile(gz, zb.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if tmpl, err := s.Import(ctx, "zipped", gz); err != nil || !slices.Equal(tmpl.Layers, want) {
+	if tmpl, err := Import(ctx, s, "zipped", gz); err != nil || !slices.Equal(tmpl.Layers, want) {
 		t.Errorf("gzip'd docker save: %+v %v", tmpl, err)
 	}
 
@@ -912,31 +877,31 @@ func TestImportArchives(t *testing.T) {
 	ociTar := filepath.Join(dir, "oci.tar")
 	tarDir(t, filepath.Join(dir, "layout"), ociTar)
 	want2 := []string{"oci-" + diffIDOf(base).Hex, "oci-" + diffIDOf(other).Hex}
-	baseIno := stat(t, s.LayerDir(want[0])).Ino
-	tmpl2, err := s.Import(ctx, "other", ociTar)
+	baseIno := testenv.Lstat(t, s.LayerDir(want[0])).Ino
+	tmpl2, err := Import(ctx, s, "other", ociTar)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(tmpl2.Layers, want2) || tmpl2.User != "root" || tmpl2.Recipe != "other:latest" {
 		t.Errorf("OCI import: %+v", tmpl2)
 	}
-	if stat(t, s.LayerDir(want[0])).Ino != baseIno {
+	if testenv.Lstat(t, s.LayerDir(want[0])).Ino != baseIno {
 		t.Error("the shared base layer was unpacked again")
 	}
 	for _, n := range []string{"other", "other:latest", "docker.io/library/other:latest", "index.docker.io/library/other"} {
-		if got, err := s.ImportedImage(n); err != nil || got.ID != tmpl2.ID {
+		if got, err := ImportedImage(s, n); err != nil || got.ID != tmpl2.ID {
 			t.Errorf("ImportedImage(%q): %+v %v", n, got, err)
 		}
 	}
-	if _, err := s.ImportedImage("other:2"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("ImportedImage(other:2): %v, want ErrNotFound", err)
+	if _, err := ImportedImage(s, "other:2"); !errors.Is(err, image.ErrNotFound) {
+		t.Errorf("ImportedImage(other:2): %v, want image.ErrNotFound", err)
 	}
 
 	// A second import of a name replaces the first.
-	if _, err := s.Import(ctx, "myimage:1.0", ociTar); err != nil {
+	if _, err := Import(ctx, s, "myimage:1.0", ociTar); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ImportedImage("myimage:1.0"); err != nil || !slices.Equal(got.Layers, want2) {
+	if got, err := ImportedImage(s, "myimage:1.0"); err != nil || !slices.Equal(got.Layers, want2) {
 		t.Errorf("after re-import: %+v %v", got, err)
 	}
 
@@ -945,10 +910,10 @@ func TestImportArchives(t *testing.T) {
 	if err := os.WriteFile(junk, mkTar(t, tfile("hello", "x", 0o644)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Import(ctx, "junk", junk); err == nil || !strings.Contains(err.Error(), "not an image archive") {
+	if _, err := Import(ctx, s, "junk", junk); err == nil || !strings.Contains(err.Error(), "not an image archive") {
 		t.Errorf("junk: err = %v", err)
 	}
-	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", ociTempPrefix+"*")); len(tmps) > 0 {
+	if tmps, _ := filepath.Glob(filepath.Join(s.Dir(), "layers", image.OCITempPrefix+"*")); len(tmps) > 0 {
 		t.Errorf("temporary dirs left: %v", tmps)
 	}
 }
@@ -969,7 +934,7 @@ func TestImportNameNormalisation(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("normaliseImageName(%q) = %q, %v; want %q", in, got, err, want)
 		}
-		if id := importedTemplateID(got); !idPattern.MatchString(id) {
+		if id := importedTemplateID(got); !image.ValidID(id) {
 			t.Errorf("template ID %q is invalid", id)
 		}
 	}
@@ -978,46 +943,11 @@ func TestImportNameNormalisation(t *testing.T) {
 	}
 }
 
-func TestOCICleanupTemps(t *testing.T) {
-	s, _ := tinyStore(t)
-	stale := filepath.Join(s.Dir(), "layers", ociTempPrefix+"stale")
-	busy := filepath.Join(s.Dir(), "layers", ociTempPrefix+"busy")
-	old := time.Now().Add(-time.Hour)
-	for _, d := range []string{stale, busy} {
-		if err := os.MkdirAll(filepath.Join(d, "x"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(d, old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fd, err := unix.Open(busy, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Cleanup(nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(stale); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("stale unpack left: %v", err)
-	}
-	if _, err := os.Lstat(busy); err != nil {
-		t.Errorf("unpack in progress removed: %v", err)
-	}
-	if _, err := os.Lstat(s.LayerDir("l1")); err != nil {
-		t.Errorf("a layer was removed: %v", err)
-	}
-}
-
 // TestUnpackStopsAtTheSpaceGuard checks that a layer larger than the node
 // may take (a compressed bomb, a huge image) stops once the store's space
 // guard objects, and leaves no half-made layer.
 func TestUnpackStopsAtTheSpaceGuard(t *testing.T) {
-	s, _ := tinyStore(t)
+	s := tempStore(t)
 	var calls int
 	s.GuardSpace(func() error {
 		calls++
@@ -1029,7 +959,7 @@ func TestUnpackStopsAtTheSpaceGuard(t *testing.T) {
 	// Zeros compress to almost nothing: what a bomb looks like.
 	big := bytes.Repeat([]byte{0}, 3*unpackGuardEvery)
 	b := mkTar(t, tfile("zeros", string(big), 0o644))
-	_, err := s.unpackLayer(context.Background(), diffIDOf(b), opener(b), nil)
+	_, err := unpackLayer(context.Background(), s, diffIDOf(b), opener(b), nil)
 	if err == nil || !strings.Contains(err.Error(), "below the reserve") {
 		t.Fatalf("err = %v, want the guard's", err)
 	}

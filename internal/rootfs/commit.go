@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 // Committing a sandbox's writes as a layer.
 //
@@ -36,12 +36,10 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
-
-// commitTempPrefix starts the names of the temporary dirs layers are
-// committed into (in layers/).
-const commitTempPrefix = ".tmp-commit-"
 
 // maxCommitDepth bounds the directory nesting of a committed layer. No
 // path deeper than this can be used by name (PATH_MAX), and each level
@@ -53,25 +51,25 @@ const maxCommitDepth = 2048
 // (another build made the same step meanwhile), that one is kept and this
 // one dropped. On failure the root filesystem is still removed and no
 // layer is made.
-func (r *Rootfs) Commit(s *Store, layerID string) (err error) {
+func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 	defer func() {
 		if uerr := r.Unmount(); err == nil {
 			err = uerr
 		}
 	}()
-	if !idPattern.MatchString(layerID) {
+	if !image.ValidID(layerID) {
 		return fmt.Errorf("image: invalid layer id %q", layerID)
 	}
 	// Unmounted first: the upper dir must not change while it is copied,
 	// and it is the upper dir, not the merged view, that is the layer.
-	if err := unmount(r.merged); err != nil {
+	if err := mountinfo.Unmount(r.merged); err != nil {
 		return err
 	}
-	final := s.LayerDir(layerID)
+	final := layers.LayerDir(layerID)
 	if _, err := os.Lstat(final); err == nil {
 		return nil // the same step, made by another build: keep that one
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "layers"), commitTempPrefix)
+	tmp, err := layers.MkdirLayerTemp(image.CommitTempPrefix)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package image
+package baseimage
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/warren-sandbox/warren/internal/image"
 )
 
 // The base recipe. Changing anything here means bumping baseRecipe.
@@ -28,7 +30,7 @@ var basePackages = []string{
 // packages, the user `user`, then removes what only the build needed.
 // No /proc is mounted in the chroot: none of the packages' maintainer
 // scripts need it, and a mount is one more thing a crash could leave.
-func buildDebian(ctx context.Context, dir string, opts BaseOptions, step stepFunc, progress io.Writer) error {
+func buildDebian(ctx context.Context, dir string, opts Options, step image.StepFunc, progress io.Writer) error {
 	if err := ensureDebootstrap(ctx, step, progress); err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func buildDebian(ctx context.Context, dir string, opts BaseOptions, step stepFun
 }
 
 // ensureDebootstrap installs debootstrap with apt-get if it is missing.
-func ensureDebootstrap(ctx context.Context, step stepFunc, progress io.Writer) error {
+func ensureDebootstrap(ctx context.Context, step image.StepFunc, progress io.Writer) error {
 	if _, err := exec.LookPath("debootstrap"); err == nil {
 		return nil
 	}
