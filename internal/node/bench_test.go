@@ -100,18 +100,18 @@ func BenchmarkCreateToHealthy(b *testing.B) {
 					}
 					req := baseRequest(b, fmt.Sprintf("bench-%s-%d", rtName, i))
 					start := time.Now()
-					sb, err := n.Create(ctx, req)
+					inst, err := n.Create(ctx, req)
 					if err != nil {
 						b.Fatal(err)
 					}
 					ds = append(ds, time.Since(start))
 					if i == 0 {
 						time.Sleep(500 * time.Millisecond) // let it settle, then read what an idle sandbox costs
-						if st, err := n.Stats(ctx, sb); err == nil {
+						if st, err := n.Stats(ctx, inst); err == nil {
 							charged = st.MemoryBytes
 						}
 					}
-					if err := n.Delete(ctx, sb); err != nil {
+					if err := n.Delete(ctx, inst); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -133,19 +133,19 @@ func BenchmarkPauseResume(b *testing.B) {
 		b.Run(rtName, func(b *testing.B) {
 			n := benchNode(b, rtName, 2)
 			ctx := context.Background()
-			sb, err := n.Create(ctx, baseRequest(b, "bench-pause-"+rtName))
+			inst, err := n.Create(ctx, baseRequest(b, "bench-pause-"+rtName))
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer n.Delete(ctx, sb)
+			defer n.Delete(ctx, inst)
 			var pauses, resumes []time.Duration
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				if err := n.Pause(ctx, sb); err != nil {
+				if err := n.Pause(ctx, inst); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				if err := n.Resume(ctx, sb); err != nil {
+				if err := n.Resume(ctx, inst); err != nil {
 					b.Fatal(err)
 				}
 				pauses = append(pauses, t1.Sub(t0))
@@ -165,12 +165,12 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	ctx := context.Background()
 	req := baseRequest(b, "bench-ckpt")
 	req.MemoryMB = 512
-	sb, err := n.Create(ctx, req)
+	inst, err := n.Create(ctx, req)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer n.Delete(ctx, sb)
-	out, code := sh(b, sb, "tok-"+sb.ID, "", `nohup python3 -c '
+	defer n.Delete(ctx, inst)
+	out, code := sh(b, inst, "tok-"+inst.ID, "", `nohup python3 -c '
 import os, time
 ballast = bytearray(os.urandom(50 << 20))
 time.sleep(3600)' >/dev/null 2>&1 & sleep 2; echo ok`, 30*time.Second)
@@ -182,7 +182,7 @@ time.sleep(3600)' >/dev/null 2>&1 & sleep 2; echo ok`, 30*time.Second)
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
 		t0 := time.Now()
-		if err := n.Checkpoint(ctx, sb, dir, true); err != nil {
+		if err := n.Checkpoint(ctx, inst, dir, true); err != nil {
 			b.Fatal(err)
 		}
 		ckpts = append(ckpts, time.Since(t0))

@@ -64,8 +64,8 @@ cat /etc/resolv.conf | grep -v '^#'`, private.Addr, privatePort, metadata.Addr, 
 			t.Run("default", func(t *testing.T) {
 				n := newTestNode(t, rtName, network.Config{CIDR: cidr(32), Prefix: "wnte" + r, PoolSize: -1,
 					Resolvers: []netip.Addr{private.Addr}}, resolvPath)
-				sb := create(t, n, baseRequest(t, "egr-"+rtName+"-default"))
-				out, _ := sh(t, sb, "tok-"+sb.ID, "", probes, time.Minute)
+				inst := create(t, n, baseRequest(t, "egr-"+rtName+"-default"))
+				out, _ := sh(t, inst, "tok-"+inst.ID, "", probes, time.Minute)
 				// curl: 7 is "could not connect" (refused at once), 28 a timeout.
 				want := "private 7 \nmetadata 7 \npublic 0 public\n" +
 					"dns 198.18.0.99 probe.warren.test\nsearch 198.18.0.99 probe.warren.test\ndns-tcp open\n" +
@@ -80,8 +80,8 @@ cat /etc/resolv.conf | grep -v '^#'`, private.Addr, privatePort, metadata.Addr, 
 			t.Run("allowed", func(t *testing.T) {
 				n := newTestNode(t, rtName, network.Config{CIDR: cidr(48), Prefix: "wnta" + r, PoolSize: -1,
 					Resolvers: []netip.Addr{private.Addr}, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("10.201.0.0/24")}}, resolvPath)
-				sb := create(t, n, baseRequest(t, "egr-"+rtName+"-allowed"))
-				out, _ := sh(t, sb, "tok-"+sb.ID, "", probes, time.Minute)
+				inst := create(t, n, baseRequest(t, "egr-"+rtName+"-allowed"))
+				out, _ := sh(t, inst, "tok-"+inst.ID, "", probes, time.Minute)
 				if !strings.HasPrefix(out, "private 0 private\nmetadata 7 \npublic 0 public\ndns 198.18.0.99") {
 					t.Errorf("from a sandbox with 10.201.0.0/24 allowed:\n%s", out)
 				}

@@ -1,18 +1,22 @@
 // Package node turns a template's layers into a running, isolated sandbox
 // on this machine, and takes it apart again.
 //
-// A sandbox here is the sum of three resources, each owned by another
-// package: a network slot (internal/network), a root filesystem mounted
-// over the template's layers (internal/image), and a container whose first
-// process is envd (internal/runtime). Create acquires them in that order
-// and waits until envd answers GET /health on the slot's address; if any
-// step fails, everything acquired so far is released, so a failed create
-// leaves nothing behind. Delete releases them in reverse order. Cleanup
-// removes what a crashed previous run left and the caller does not know.
+// What the node makes is an Instance: a sandbox's resources on this
+// machine, the sum of three, each owned by another package: a network
+// slot (internal/network), a root filesystem mounted over the template's
+// layers (internal/rootfs over internal/image), and a container whose
+// first process is envd (internal/runtime). Create acquires them in that
+// order and waits until envd answers GET /health on the slot's address; if
+// any step fails, everything acquired so far is released, so a failed
+// create leaves nothing behind. Delete releases them in reverse order.
+// Cleanup removes what a crashed previous run left and the caller does not
+// know.
 //
-// The node keeps no records of its own: the caller (the sandbox manager)
-// persists what it needs to find a sandbox again, and hands back the
-// Sandbox value it got from Create.
+// An Instance is not the sandbox of the API: that one's lifecycle (team,
+// state, timeouts, tokens) is the sandbox manager's (internal/sandbox),
+// and its record the store's. The node keeps no records of its own: the
+// manager persists what it needs to find a sandbox again, and hands back
+// the Instance it got from Create.
 package node
 
 import (
@@ -118,8 +122,10 @@ type CreateRequest struct {
 	Workdir string
 }
 
-// Sandbox is a running sandbox's resources on this node.
-type Sandbox struct {
+// Instance is a running sandbox's resources on this node: its slot, root
+// filesystem and container (named by ID). The sandbox manager's sandbox
+// holds one while it runs or is paused.
+type Instance struct {
 	ID     string
 	Slot   *network.Slot
 	Rootfs Rootfs
@@ -129,19 +135,19 @@ type Sandbox struct {
 }
 
 // EnvdURL is the base URL of the sandbox's envd, reachable from the host.
-func (s *Sandbox) EnvdURL() string {
-	return "http://" + net.JoinHostPort(s.Slot.SandboxIP.String(), strconv.Itoa(EnvdPort))
+func (inst *Instance) EnvdURL() string {
+	return "http://" + net.JoinHostPort(inst.Slot.SandboxIP.String(), strconv.Itoa(EnvdPort))
 }
 
 // Create starts a sandbox and returns once envd is healthy.
-func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, err error) {
-	sb, spec, err := n.prepare(ctx, req)
+func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Instance, err error) {
+	inst, spec, err := n.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			n.release(context.WithoutCancel(ctx), sb)
+			n.release(context.WithoutCancel(ctx), inst)
 		}
 	}()
 	// Not cancelled with ctx: a runtime killed half-way through its start
@@ -151,31 +157,31 @@ func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, err e
 	if err := n.cfg.Runtime.Start(context.WithoutCancel(ctx), spec); err != nil {
 		return nil, fmt.Errorf("node: starting sandbox %s: %w", req.ID, err)
 	}
-	if err := n.waitHealthy(ctx, sb); err != nil {
+	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return inst, nil
 }
 
 // prepare acquires the slot and the root filesystem and builds the spec.
-func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Sandbox, _ runtime.Spec, err error) {
+func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Instance, _ runtime.Spec, err error) {
 	if !runtime.ValidID(req.ID) {
 		return nil, runtime.Spec{}, fmt.Errorf("node: invalid sandbox id %q", req.ID)
 	}
-	sb := &Sandbox{ID: req.ID}
+	inst := &Instance{ID: req.ID}
 	defer func() {
 		if err != nil {
-			n.release(context.WithoutCancel(ctx), sb)
+			n.release(context.WithoutCancel(ctx), inst)
 		}
 	}()
-	if sb.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
+	if inst.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: network for %s: %w", req.ID, err)
 	}
-	if sb.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
+	if inst.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
-	sb.LogPath = sb.Rootfs.LogPath()
-	if err := n.writeRootFiles(sb.Rootfs.Dir(), req.ID); err != nil {
+	inst.LogPath = inst.Rootfs.LogPath()
+	if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}
@@ -185,15 +191,15 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Sandbox, _ ru
 	if req.Workdir != "" {
 		args = append(args, "--workdir", req.Workdir)
 	}
-	return sb, runtime.Spec{
+	return inst, runtime.Spec{
 		ID:          req.ID,
-		RootFS:      sb.Rootfs.Dir(),
+		RootFS:      inst.Rootfs.Dir(),
 		EnvdPath:    n.cfg.EnvdPath,
 		Args:        args,
 		AccessToken: req.AccessToken,
-		NetNSPath:   sb.Slot.NetNSPath,
+		NetNSPath:   inst.Slot.NetNSPath,
 		ResolvConf:  n.cfg.ResolvConf,
-		LogPath:     sb.LogPath,
+		LogPath:     inst.LogPath,
 		CPUCount:    req.CPUCount,
 		MemoryMB:    req.MemoryMB,
 	}, nil
@@ -234,48 +240,48 @@ func (n *Node) writeRootFiles(dir, id string) error {
 
 // Delete stops the sandbox and releases everything it used. It tries every
 // step even when one fails, and is safe to call again after a failure.
-func (n *Node) Delete(ctx context.Context, sb *Sandbox) error {
-	return n.release(ctx, sb)
+func (n *Node) Delete(ctx context.Context, inst *Instance) error {
+	return n.release(ctx, inst)
 }
 
-func (n *Node) release(ctx context.Context, sb *Sandbox) error {
+func (n *Node) release(ctx context.Context, inst *Instance) error {
 	var errs []error
-	if err := n.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
+	if err := n.cfg.Runtime.Delete(ctx, inst.ID); err != nil {
 		errs = append(errs, err)
 	}
-	if sb.Rootfs != nil {
-		if err := sb.Rootfs.Unmount(); err != nil {
+	if inst.Rootfs != nil {
+		if err := inst.Rootfs.Unmount(); err != nil {
 			errs = append(errs, err)
 		} else {
-			sb.Rootfs = nil
+			inst.Rootfs = nil
 		}
 	}
-	if sb.Slot != nil {
-		if err := n.cfg.Network.Release(sb.Slot); err != nil {
+	if inst.Slot != nil {
+		if err := n.cfg.Network.Release(inst.Slot); err != nil {
 			errs = append(errs, err)
 		} else {
-			sb.Slot = nil
+			inst.Slot = nil
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // Commit stops the sandbox, keeps what it wrote to its root filesystem as
-// layer layerID (a copy of its writable layer, see image.Rootfs.Commit),
+// layer layerID (a copy of its writable layer, see rootfs.Root.Commit),
 // and releases everything else. Whatever fails, the sandbox is gone after.
-func (n *Node) Commit(ctx context.Context, sb *Sandbox, layerID string) error {
-	c, ok := sb.Rootfs.(Committer)
+func (n *Node) Commit(ctx context.Context, inst *Instance, layerID string) error {
+	c, ok := inst.Rootfs.(Committer)
 	if !ok {
-		n.release(ctx, sb)
+		n.release(ctx, inst)
 		return errors.New("node: this root filesystem cannot be committed")
 	}
-	if err := n.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
-		n.release(ctx, sb)
-		return fmt.Errorf("node: stopping %s: %w", sb.ID, err)
+	if err := n.cfg.Runtime.Delete(ctx, inst.ID); err != nil {
+		n.release(ctx, inst)
+		return fmt.Errorf("node: stopping %s: %w", inst.ID, err)
 	}
 	err := c.Commit(layerID)
-	sb.Rootfs = nil // Commit removes it, failed or not
-	if rerr := n.release(ctx, sb); err == nil {
+	inst.Rootfs = nil // Commit removes it, failed or not
+	if rerr := n.release(ctx, inst); err == nil {
 		err = rerr
 	}
 	return err
@@ -284,7 +290,7 @@ func (n *Node) Commit(ctx context.Context, sb *Sandbox, layerID string) error {
 // Adopt takes over a sandbox a previous run of the caller started and
 // that still runs: its container, root filesystem and network slot (named
 // slotName). Call it after Cleanup, with the sandbox in keep.
-func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Sandbox, error) {
+func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Instance, error) {
 	st, err := n.cfg.Runtime.State(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("node: sandbox %s: %w", id, err)
@@ -292,46 +298,48 @@ func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Sandbox, error)
 	if st != runtime.StateRunning && st != runtime.StatePaused {
 		return nil, fmt.Errorf("node: sandbox %s is %s", id, st)
 	}
-	sb := &Sandbox{ID: id}
+	inst := &Instance{ID: id}
 	var ok bool
-	if sb.Rootfs, ok = n.cfg.Rootfs.Adopt(id); !ok {
+	if inst.Rootfs, ok = n.cfg.Rootfs.Adopt(id); !ok {
 		return nil, fmt.Errorf("node: sandbox %s has no root filesystem", id)
 	}
-	sb.LogPath = sb.Rootfs.LogPath()
-	if sb.Slot, ok = n.cfg.Network.Adopt(slotName); !ok {
+	inst.LogPath = inst.Rootfs.LogPath()
+	if inst.Slot, ok = n.cfg.Network.Adopt(slotName); !ok {
 		return nil, fmt.Errorf("node: sandbox %s: network slot %s is gone", id, slotName)
 	}
-	return sb, nil
+	return inst, nil
 }
 
 // Pause freezes a sandbox; Resume thaws it.
-func (n *Node) Pause(ctx context.Context, sb *Sandbox) error { return n.cfg.Runtime.Pause(ctx, sb.ID) }
-func (n *Node) Resume(ctx context.Context, sb *Sandbox) error {
-	return n.cfg.Runtime.Resume(ctx, sb.ID)
+func (n *Node) Pause(ctx context.Context, inst *Instance) error {
+	return n.cfg.Runtime.Pause(ctx, inst.ID)
+}
+func (n *Node) Resume(ctx context.Context, inst *Instance) error {
+	return n.cfg.Runtime.Resume(ctx, inst.ID)
 }
 
 // Stats reads a sandbox's resource use.
-func (n *Node) Stats(ctx context.Context, sb *Sandbox) (runtime.Stats, error) {
-	return n.cfg.Runtime.Stats(ctx, sb.ID)
+func (n *Node) Stats(ctx context.Context, inst *Instance) (runtime.Stats, error) {
+	return n.cfg.Runtime.Stats(ctx, inst.ID)
 }
 
 // Checkpoint writes the sandbox's memory and process state into imageDir.
 // With leaveRunning the sandbox keeps running (a snapshot).
-func (n *Node) Checkpoint(ctx context.Context, sb *Sandbox, imageDir string, leaveRunning bool) error {
-	return n.cfg.Runtime.Checkpoint(ctx, sb.ID, imageDir, leaveRunning)
+func (n *Node) Checkpoint(ctx context.Context, inst *Instance, imageDir string, leaveRunning bool) error {
+	return n.cfg.Runtime.Checkpoint(ctx, inst.ID, imageDir, leaveRunning)
 }
 
 // Restore starts a new sandbox from a checkpoint image, with a new slot
 // and root filesystem, and returns once envd is healthy. The request must
 // match the checkpointed sandbox's (same layers, user and workdir).
-func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) (_ *Sandbox, err error) {
-	sb, spec, err := n.prepare(ctx, req)
+func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) (_ *Instance, err error) {
+	inst, spec, err := n.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			n.release(context.WithoutCancel(ctx), sb)
+			n.release(context.WithoutCancel(ctx), inst)
 		}
 	}()
 	// The slot is fresh, so eth0 still has its address: gVisor needs it
@@ -339,17 +347,17 @@ func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) 
 	if err := n.cfg.Runtime.Restore(context.WithoutCancel(ctx), spec, imageDir); err != nil { // as in Create
 		return nil, fmt.Errorf("node: restoring sandbox %s: %w", req.ID, err)
 	}
-	if err := n.waitHealthy(ctx, sb); err != nil {
+	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return inst, nil
 }
 
 // waitHealthy polls envd's /health until it answers 204.
-func (n *Node) waitHealthy(ctx context.Context, sb *Sandbox) error {
+func (n *Node) waitHealthy(ctx context.Context, inst *Instance) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.HealthTimeout)
 	defer cancel()
-	url := sb.EnvdURL() + "/health"
+	url := inst.EnvdURL() + "/health"
 	// A short fixed interval: a refused connection costs microseconds, and
 	// backing off would add up to a whole interval to every create.
 	const interval = 3 * time.Millisecond
@@ -367,7 +375,7 @@ func (n *Node) waitHealthy(ctx context.Context, sb *Sandbox) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node: envd of sandbox %s did not become healthy: %v", sb.ID, last)
+			return fmt.Errorf("node: envd of sandbox %s did not become healthy: %v", inst.ID, last)
 		case <-time.After(interval):
 		}
 	}

@@ -131,27 +131,27 @@ func baseRequest(t testing.TB, id string) CreateRequest {
 	return CreateRequest{ID: id, Layers: layers, CPUCount: 1, MemoryMB: 256, DiskSizeMB: 256, AccessToken: "tok-" + id, User: "user"}
 }
 
-func create(t testing.TB, n *Node, req CreateRequest) *Sandbox {
+func create(t testing.TB, n *Node, req CreateRequest) *Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sb, err := n.Create(ctx, req)
+	inst, err := n.Create(ctx, req)
 	if err != nil {
 		t.Fatalf("Create %s: %v", req.ID, err)
 	}
 	t.Cleanup(func() {
-		if err := n.Delete(context.Background(), sb); err != nil {
-			t.Errorf("Delete %s: %v", sb.ID, err)
+		if err := n.Delete(context.Background(), inst); err != nil {
+			t.Errorf("Delete %s: %v", inst.ID, err)
 		}
 	})
-	return sb
+	return inst
 }
 
 // sh runs a command in the sandbox through envd and returns its output and
 // exit code.
-func sh(t testing.TB, sb *Sandbox, token, user, script string, timeout time.Duration) (string, int) {
+func sh(t testing.TB, inst *Instance, token, user, script string, timeout time.Duration) (string, int) {
 	t.Helper()
-	c := processconnect.NewProcessClient(freshConns, sb.EnvdURL(), connect.WithProtoJSON())
+	c := processconnect.NewProcessClient(freshConns, inst.EnvdURL(), connect.WithProtoJSON())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
@@ -287,11 +287,11 @@ func TestLimits(t *testing.T) {
 			n := testNode(t, rtName)
 			req := baseRequest(t, "lim-"+rtName)
 			req.MemoryMB = 192
-			sb := create(t, n, req)
+			inst := create(t, n, req)
 			other := create(t, n, baseRequest(t, "lim-other-"+rtName))
-			tok := "tok-" + sb.ID
+			tok := "tok-" + inst.ID
 
-			out, code := sh(t, sb, tok, "", "python3 -c 'b = bytearray(512 << 20); print(len(b))'", 60*time.Second)
+			out, code := sh(t, inst, tok, "", "python3 -c 'b = bytearray(512 << 20); print(len(b))'", 60*time.Second)
 			if code == 0 {
 				t.Errorf("a 512 MiB allocation succeeded under a 192 MiB limit: %q", out)
 			}
@@ -302,7 +302,7 @@ func TestLimits(t *testing.T) {
 			if rtName == "runc" {
 				// Under runc the kernel OOM killer picks the hog inside the
 				// sandbox's cgroup; envd survives.
-				if out, code := sh(t, sb, tok, "", "echo envd-alive", 10*time.Second); code != 0 || out != "envd-alive\n" {
+				if out, code := sh(t, inst, tok, "", "echo envd-alive", 10*time.Second); code != 0 || out != "envd-alive\n" {
 					t.Errorf("envd after the OOM kill: %d %q", code, out)
 				}
 				// A fork bomb is stopped by the pids limit (1024): the cgroup
@@ -320,10 +320,10 @@ while True:
         time.sleep(0.01)
 ' >/dev/null 2>&1 &
 echo started`
-				sh(t, sb, tok, "", bomb, 10*time.Second)
+				sh(t, inst, tok, "", bomb, 10*time.Second)
 				var peak uint64
 				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-					if s, err := n.Stats(context.Background(), sb); err == nil && s.Pids > peak {
+					if s, err := n.Stats(context.Background(), inst); err == nil && s.Pids > peak {
 						peak = s.Pids
 					}
 				}
@@ -390,9 +390,9 @@ curl -s localhost:8000/; curl -s localhost:8000/`
 	if clone.Slot.SandboxIP == src.Slot.SandboxIP {
 		t.Fatal("clone shares the source's address")
 	}
-	get := func(sb *Sandbox) string {
+	get := func(inst *Instance) string {
 		c := http.Client{Timeout: 5 * time.Second, Transport: freshConns.Transport}
-		res, err := c.Get("http://" + net.JoinHostPort(sb.Slot.SandboxIP.String(), "8000") + "/")
+		res, err := c.Get("http://" + net.JoinHostPort(inst.Slot.SandboxIP.String(), "8000") + "/")
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -445,8 +445,8 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	broken := *n
 	broken.cfg.EnvdPath = "/nonexistent/envd" // the runtime cannot start it
 	req := baseRequest(t, "fail-create")
-	if sb, err := broken.Create(context.Background(), req); err == nil {
-		n.Delete(context.Background(), sb)
+	if inst, err := broken.Create(context.Background(), req); err == nil {
+		n.Delete(context.Background(), inst)
 		t.Fatal("Create with a missing envd succeeded")
 	}
 	if _, err := n.Runtime().State(context.Background(), req.ID); !errors.Is(err, runtime.ErrNotFound) {
@@ -474,10 +474,10 @@ func TestCanceledCreateLeavesNothing(t *testing.T) {
 	for i, after := range []time.Duration{20, 50, 80, 110, 140, 170, 200} {
 		req := baseRequest(t, fmt.Sprintf("fail-cancel%d", i))
 		ctx, cancel := context.WithTimeout(context.Background(), after*time.Millisecond)
-		sb, err := n.Create(ctx, req)
+		inst, err := n.Create(ctx, req)
 		cancel()
 		if err == nil {
-			n.Delete(context.Background(), sb) // finished in time: nothing to undo
+			n.Delete(context.Background(), inst) // finished in time: nothing to undo
 			continue
 		}
 		if _, err := n.Runtime().State(context.Background(), req.ID); !errors.Is(err, runtime.ErrNotFound) {
@@ -553,18 +553,18 @@ func TestTemplateLinksNeverReachTheHost(t *testing.T) {
 					}
 					req := baseRequest(t, fmt.Sprintf("link%d-%s", i, rtName))
 					req.Layers = append(append([]string(nil), req.Layers...), layer)
-					sb := create(t, n, req)
+					inst := create(t, n, req)
 					if b, err := os.ReadFile(victim); err != nil || string(b) != "host file\n" {
 						t.Errorf("host file changed: %q %v", b, err)
 					}
 					if es, _ := os.ReadDir(victimDir); len(es) != 1 {
 						t.Errorf("host dir %s has %d entries, want only passwd", victimDir, len(es))
 					}
-					out, code := sh(t, sb, "tok-"+sb.ID, "root", "cat /etc/hosts; test -L /etc/hosts && echo LINK; stat -c %h /etc/hosts", 10*time.Second)
-					if code != 0 || !strings.Contains(out, "127.0.1.1\t"+sb.ID+"\n") || strings.Contains(out, "LINK") || !strings.HasSuffix(out, "\n1\n") {
+					out, code := sh(t, inst, "tok-"+inst.ID, "root", "cat /etc/hosts; test -L /etc/hosts && echo LINK; stat -c %h /etc/hosts", 10*time.Second)
+					if code != 0 || !strings.Contains(out, "127.0.1.1\t"+inst.ID+"\n") || strings.Contains(out, "LINK") || !strings.HasSuffix(out, "\n1\n") {
 						t.Errorf("the sandbox's /etc/hosts: code %d out %q", code, out)
 					}
-					upper := sb.Rootfs.(interface{ UpperDir() string }).UpperDir()
+					upper := inst.Rootfs.(interface{ UpperDir() string }).UpperDir()
 					etc := filepath.Join(upper, "etc")
 					if name == "etc symlink" {
 						etc = filepath.Join(upper, victimDir)
@@ -589,17 +589,17 @@ func TestEnvdLogBoundedByDisk(t *testing.T) {
 			n := testNode(t, rtName)
 			req := baseRequest(t, "logfill-"+rtName)
 			req.DiskSizeMB = 64
-			sb := create(t, n, req)
-			tok := "tok-" + sb.ID
-			out, code := sh(t, sb, tok, "root", "dd if=/dev/zero of=/proc/1/fd/1 bs=1M count=192 2>&1", 60*time.Second)
+			inst := create(t, n, req)
+			tok := "tok-" + inst.ID
+			out, code := sh(t, inst, tok, "root", "dd if=/dev/zero of=/proc/1/fd/1 bs=1M count=192 2>&1", 60*time.Second)
 			t.Logf("dd: code %d: %s", code, out)
 			if !strings.Contains(out, "No space left on device") {
 				t.Errorf("writing 192 MB into envd's log under a 64 MB disk: no ENOSPC: %q", out)
 			}
-			if fi, err := os.Stat(n.Runtime().LogPath(sb.ID)); err == nil && fi.Size() > 1<<20 {
+			if fi, err := os.Stat(n.Runtime().LogPath(inst.ID)); err == nil && fi.Size() > 1<<20 {
 				t.Errorf("the runtime's state dir holds a %d-byte envd log", fi.Size())
 			}
-			fi, err := os.Stat(sb.LogPath)
+			fi, err := os.Stat(inst.LogPath)
 			if err != nil {
 				t.Fatalf("envd's log: %v", err)
 			}
@@ -607,11 +607,11 @@ func TestEnvdLogBoundedByDisk(t *testing.T) {
 				t.Errorf("envd's log is %d bytes, past the 64 MB disk", fi.Size())
 			}
 			var logFS, diskFS unix.Statfs_t
-			if unix.Statfs(sb.LogPath, &logFS) != nil || unix.Statfs(filepath.Dir(sb.Rootfs.(interface{ UpperDir() string }).UpperDir()), &diskFS) != nil || logFS.Fsid != diskFS.Fsid {
-				t.Errorf("envd's log %s is not on the sandbox's disk", sb.LogPath)
+			if unix.Statfs(inst.LogPath, &logFS) != nil || unix.Statfs(filepath.Dir(inst.Rootfs.(interface{ UpperDir() string }).UpperDir()), &diskFS) != nil || logFS.Fsid != diskFS.Fsid {
+				t.Errorf("envd's log %s is not on the sandbox's disk", inst.LogPath)
 			}
 			// The sandbox and its envd carry on.
-			if out, code := sh(t, sb, tok, "", "echo alive", 10*time.Second); code != 0 || out != "alive\n" {
+			if out, code := sh(t, inst, tok, "", "echo alive", 10*time.Second); code != 0 || out != "alive\n" {
 				t.Errorf("after filling the log: %d %q", code, out)
 			}
 		})

@@ -36,9 +36,9 @@ func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, 
 	if err != nil {
 		return nil, err
 	}
-	// The node put envd's log on the sandbox's own disk (node.Sandbox);
+	// The node put envd's log on the sandbox's own disk (node.Instance);
 	// the sandbox cannot reach that file.
-	out, err := readLog(l.sb.LogPath, start, limit)
+	out, err := readLog(l.inst.LogPath, start, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: reading logs of %s: %w", id, err)
 	}

@@ -2,6 +2,15 @@
 // sandbox on this node, between the API above it and the node's runtime,
 // network and root filesystems below.
 //
+// Three things are called a sandbox; each package names its own. The
+// manager's sandbox (live, and the Info it returns) is the lifecycle: an
+// ID, a team, a state, timeouts, tokens. Its record in the store
+// (store.Sandbox) is what survives a restart. Its node.Instance is what it
+// occupies on this machine while it runs or is paused: a network slot, a
+// root filesystem and a container, made by node.Create and released by
+// node.Delete. The manager holds the instance; nothing below it knows of
+// teams, timeouts or the store.
+//
 // Lifecycle. A sandbox is creating while its resources are being made,
 // then running; a running sandbox can be paused (frozen in place) and
 // resumed; kill ends it. Each transition is written to the store before
@@ -165,7 +174,7 @@ type live struct {
 	mu        sync.Mutex
 	id        string
 	teamID    string
-	sb        *node.Sandbox
+	inst      *node.Instance
 	transport *http.Transport
 	// Copied from the record for the proxy; guarded by Manager.mu.
 	paused       bool
@@ -305,16 +314,16 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.forget(ctx, r.ID)
 			continue
 		}
-		sb, err := m.cfg.Node.Adopt(ctx, r.ID, r.Slot)
+		inst, err := m.cfg.Node.Adopt(ctx, r.ID, r.Slot)
 		if err != nil {
 			m.log.Warn("sandbox did not survive the restart", "sandbox", r.ID, "err", err)
-			if sb != nil {
-				_ = m.cfg.Node.Delete(ctx, sb)
+			if inst != nil {
+				_ = m.cfg.Node.Delete(ctx, inst)
 			}
 			m.forget(ctx, r.ID)
 			continue
 		}
-		l := m.newLive(r, sb)
+		l := m.newLive(r, inst)
 		m.mu.Lock()
 		m.live[r.ID] = l
 		m.perTeam[r.TeamID]++
@@ -330,10 +339,10 @@ func (m *Manager) forget(ctx context.Context, id string) {
 	}
 }
 
-func (m *Manager) newLive(r store.Sandbox, sb *node.Sandbox) *live {
+func (m *Manager) newLive(r store.Sandbox, inst *node.Instance) *live {
 	ex := ParseExtra(r.Extra)
 	l := &live{
-		id: r.ID, teamID: r.TeamID, sb: sb, transport: proxy.NewTransport(),
+		id: r.ID, teamID: r.TeamID, inst: inst, transport: proxy.NewTransport(),
 		paused: r.State == store.StatePaused, pausedAt: r.PausedAt, autoResume: r.AutoResume,
 		envdToken: r.EnvdAccessToken, cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
 	}
@@ -407,35 +416,35 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
 	}
 
-	var sb *node.Sandbox
+	var inst *node.Instance
 	var token string // envd's token until /init replaces it
 	if w := m.claimWarm(tmpl); w != nil {
-		sb, token = w.sb, w.token
+		inst, token = w.inst, w.token
 	} else if full != nil {
 		return store.Sandbox{}, full
 	} else {
 		rec.ID = NewID()
 		token = rec.EnvdAccessToken
 	}
-	if sb != nil {
-		rec.ID = sb.ID
+	if inst != nil {
+		rec.ID = inst.ID
 	}
 	// The record comes first: a crash from here on leaves a "creating"
 	// record that tells the next start what to remove.
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		if sb != nil {
-			m.discard(sb)
+		if inst != nil {
+			m.discard(inst)
 		}
 		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
 	fail := func(err error) (store.Sandbox, error) {
-		if sb != nil {
-			m.discard(sb)
+		if inst != nil {
+			m.discard(inst)
 		}
 		m.forget(context.WithoutCancel(ctx), rec.ID)
 		return store.Sandbox{}, err
 	}
-	if sb == nil {
+	if inst == nil {
 		layers, err := m.cfg.Images.LayerDirs(tmpl)
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
@@ -449,22 +458,22 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 			// snapshot has the build's token; /init gives it this sandbox's.
 			token = tmpl.SnapshotToken
 			nreq.AccessToken = token
-			sb, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
+			inst, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
 		} else {
-			sb, err = m.cfg.Node.Create(ctx, nreq)
+			inst, err = m.cfg.Node.Create(ctx, nreq)
 		}
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
 		}
 	}
-	l := m.newLive(rec, sb)
+	l := m.newLive(rec, inst)
 	if err := initEnvd(ctx, l, token, rec, tmpl); err != nil {
 		return fail(err)
 	}
 	started := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
 		s.State = store.StateRunning
-		s.Slot = sb.Slot.Name
+		s.Slot = inst.Slot.Name
 		// The clock starts when the sandbox is usable.
 		s.StartedAt = started
 		s.EndAt = started.Add(req.Timeout)
@@ -611,7 +620,7 @@ func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmp
 	})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.sb.EnvdURL()+"/init", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.inst.EnvdURL()+"/init", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -629,11 +638,11 @@ func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmp
 }
 
 // discard deletes a node sandbox that never became a live one.
-func (m *Manager) discard(sb *node.Sandbox) {
+func (m *Manager) discard(inst *node.Instance) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := m.cfg.Node.Delete(ctx, sb); err != nil {
-		m.log.Error("removing a failed sandbox", "sandbox", sb.ID, "err", err)
+	if err := m.cfg.Node.Delete(ctx, inst); err != nil {
+		m.log.Error("removing a failed sandbox", "sandbox", inst.ID, "err", err)
 	}
 }
 
@@ -703,7 +712,7 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
 	}
 	l.transport.CloseIdleConnections()
-	if err := m.cfg.Node.Delete(ctx, l.sb); err != nil {
+	if err := m.cfg.Node.Delete(ctx, l.inst); err != nil {
 		// The record stays "killed": the next start removes what is left.
 		return fmt.Errorf("sandbox: removing %s: %w", l.id, err)
 	}
@@ -796,7 +805,7 @@ func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 	if err := m.setState(ctx, l.id, store.StatePaused, pausedAt); err != nil {
 		return false, err
 	}
-	if err := m.cfg.Node.Pause(ctx, l.sb); err != nil {
+	if err := m.cfg.Node.Pause(ctx, l.inst); err != nil {
 		m.restoreState(ctx, l.id, store.StateRunning, time.Time{})
 		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
 	}
@@ -826,7 +835,7 @@ func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
 	if err := m.setState(ctx, l.id, store.StateRunning, time.Time{}); err != nil {
 		return false, err
 	}
-	if err := m.cfg.Node.Resume(ctx, l.sb); err != nil {
+	if err := m.cfg.Node.Resume(ctx, l.inst); err != nil {
 		m.restoreState(ctx, l.id, store.StatePaused, pausedAt)
 		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
 	}
@@ -878,7 +887,7 @@ func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) 
 		return proxy.Target{}, proxy.ErrNotFound
 	}
 	return proxy.Target{
-		IP: l.sb.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
+		IP: l.inst.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
 		EnvdAccessToken: l.envdToken, Paused: l.paused,
 	}, nil
 }

@@ -185,7 +185,7 @@ func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("GET", l.sb.EnvdURL()+"/envs", nil)
+	req, _ := http.NewRequest("GET", l.inst.EnvdURL()+"/envs", nil)
 	req.Header.Set("X-Access-Token", rec.EnvdAccessToken)
 	res, err := l.transport.RoundTrip(req)
 	if err != nil {
@@ -209,8 +209,8 @@ func TestWarmPoolClaimPushesIdentityEnvsAndToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.ID != w.sb.ID {
-		t.Errorf("created %s, not the warm %s", rec.ID, w.sb.ID)
+	if rec.ID != w.inst.ID {
+		t.Errorf("created %s, not the warm %s", rec.ID, w.inst.ID)
 	}
 	status, body := envdEnv(t, e.mgr, rec)
 	if status != 200 {

@@ -37,7 +37,7 @@ type sampler struct {
 
 // sample reads the sandbox's cgroup and file system now and records it.
 func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
-	st, err := m.cfg.Node.Stats(ctx, l.sb)
+	st, err := m.cfg.Node.Stats(ctx, l.inst)
 	if err != nil {
 		return Metric{}, err
 	}
@@ -60,7 +60,7 @@ func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 	}
 	// overlayfs reports its upper file system: the sandbox's own disk.
 	var fs unix.Statfs_t
-	if l.sb.Rootfs != nil && unix.Statfs(l.sb.Rootfs.Dir(), &fs) == nil {
+	if l.inst.Rootfs != nil && unix.Statfs(l.inst.Rootfs.Dir(), &fs) == nil {
 		met.DiskTotal = int64(fs.Blocks) * fs.Bsize
 		met.DiskUsed = int64(fs.Blocks-fs.Bfree) * fs.Bsize
 	}

@@ -23,7 +23,7 @@ type pool struct {
 
 // warm is a started sandbox nobody has claimed yet.
 type warm struct {
-	sb     *node.Sandbox
+	inst   *node.Instance
 	token  string   // envd's private token until /init
 	layers []string // the template's layers it was started from
 }
@@ -52,7 +52,7 @@ func (m *Manager) claimWarm(tmpl *image.Template) *warm {
 		if slices.Equal(w.layers, tmpl.Layers) {
 			return w
 		}
-		m.discard(w.sb) // the template was rebuilt since
+		m.discard(w.inst) // the template was rebuilt since
 	}
 }
 
@@ -123,7 +123,7 @@ func (p *pool) fill() {
 		backoff = time.Second
 		select {
 		case <-m.stop:
-			m.discard(w.sb)
+			m.discard(w.inst)
 			return
 		default:
 		}
@@ -143,18 +143,18 @@ func (p *pool) start(ctx context.Context) (*warm, error) {
 	}
 	token := newToken()
 	r := m.cfg.Resources
-	sb, err := m.cfg.Node.Create(ctx, node.CreateRequest{
+	inst, err := m.cfg.Node.Create(ctx, node.CreateRequest{
 		ID: NewID(), Layers: layers, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB, DiskSizeMB: r.DiskSizeMB,
 		AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := warmUp(ctx, sb, token, tmpl.User, m.warmTransport); err != nil {
-		m.discard(sb)
+	if err := warmUp(ctx, inst, token, tmpl.User, m.warmTransport); err != nil {
+		m.discard(inst)
 		return nil, err
 	}
-	return &warm{sb: sb, token: token, layers: tmpl.Layers}, nil
+	return &warm{inst: inst, token: token, layers: tmpl.Layers}, nil
 }
 
 // drain removes the ready warm sandboxes; the filler has stopped.
@@ -164,7 +164,7 @@ func (p *pool) drain() error {
 		select {
 		case w := <-p.ready:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			errs = append(errs, p.m.cfg.Node.Delete(ctx, w.sb))
+			errs = append(errs, p.m.cfg.Node.Delete(ctx, w.inst))
 			cancel()
 		default:
 			return errors.Join(errs...)

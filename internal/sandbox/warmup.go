@@ -19,10 +19,10 @@ import (
 // binary and the first reads of the profile files go through the gofer
 // and fill the sentry's caches; doing it here moves that cost (tens of
 // milliseconds) from the user's first command to the pool's refill.
-func warmUp(ctx context.Context, sb *node.Sandbox, token, user string, rt http.RoundTripper) error {
+func warmUp(ctx context.Context, inst *node.Instance, token, user string, rt http.RoundTripper) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	client := processconnect.NewProcessClient(&http.Client{Transport: rt}, sb.EnvdURL())
+	client := processconnect.NewProcessClient(&http.Client{Transport: rt}, inst.EnvdURL())
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"}}})
 	req.Header().Set("X-Access-Token", token)
 	if user != "" {
@@ -30,16 +30,16 @@ func warmUp(ctx context.Context, sb *node.Sandbox, token, user string, rt http.R
 	}
 	stream, err := client.Start(ctx, req)
 	if err != nil {
-		return fmt.Errorf("sandbox: warming up %s: %w", sb.ID, err)
+		return fmt.Errorf("sandbox: warming up %s: %w", inst.ID, err)
 	}
 	defer stream.Close()
 	for stream.Receive() {
 		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
 			if end.GetExitCode() != 0 {
-				return fmt.Errorf("sandbox: warming up %s: the login shell exited with %d", sb.ID, end.GetExitCode())
+				return fmt.Errorf("sandbox: warming up %s: the login shell exited with %d", inst.ID, end.GetExitCode())
 			}
 			return nil
 		}
 	}
-	return fmt.Errorf("sandbox: warming up %s: %v", sb.ID, stream.Err())
+	return fmt.Errorf("sandbox: warming up %s: %v", inst.ID, stream.Err())
 }

@@ -542,12 +542,12 @@ func TestBuildFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.b.cfg.Node.Create(context.Background(), node.CreateRequest{ID: sandbox.NewID(), Layers: dirs, User: res.Image.User, Workdir: res.Image.Workdir, AccessToken: "tok-pulled"})
+	inst, err := e.b.cfg.Node.Create(context.Background(), node.CreateRequest{ID: sandbox.NewID(), Layers: dirs, User: res.Image.User, Workdir: res.Image.Workdir, AccessToken: "tok-pulled"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.b.remove(sb)
-	cl := newEnvdClient(sb, "tok-pulled")
+	defer e.b.remove(inst)
+	cl := newEnvdClient(inst, "tok-pulled")
 	defer cl.close()
 	var out strings.Builder
 	code, err := cl.run(context.Background(), execSpec{User: "user", Script: "cat /home/user/pulled.txt", Output: func(_ bool, b []byte) { out.Write(b) }})

@@ -38,7 +38,7 @@ type execSpec struct {
 
 // envdClient talks to the envd of one build sandbox.
 type envdClient struct {
-	sb      *node.Sandbox
+	inst    *node.Instance
 	token   string
 	http    *http.Client
 	process processconnect.ProcessClient
@@ -52,11 +52,11 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-func newEnvdClient(sb *node.Sandbox, token string) *envdClient {
+func newEnvdClient(inst *node.Instance, token string) *envdClient {
 	// No connection outlives the sandbox: one transport per sandbox,
 	// closed with it.
 	h := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	return &envdClient{sb: sb, token: token, http: h, process: processconnect.NewProcessClient(h, sb.EnvdURL())}
+	return &envdClient{inst: inst, token: token, http: h, process: processconnect.NewProcessClient(h, inst.EnvdURL())}
 }
 
 func (c *envdClient) close() { c.http.CloseIdleConnections() }
@@ -120,7 +120,7 @@ func wait(stream *connect.ServerStreamForClient[pb.StartResponse], output func(b
 // upload writes body to path in the sandbox, as root.
 func (c *envdClient) upload(ctx context.Context, body io.Reader, path string) error {
 	q := url.Values{"path": {path}, "username": {"root"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sb.EnvdURL()+"/files?"+q.Encode(), body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.inst.EnvdURL()+"/files?"+q.Encode(), body)
 	if err != nil {
 		return err
 	}

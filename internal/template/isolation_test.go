@@ -169,15 +169,15 @@ func TestSnapshotKeepsItsEnvdToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	sb, err := e.b.cfg.Node.Restore(ctx, node.CreateRequest{ID: sandbox.NewID(), Layers: dirs, CPUCount: 1, MemoryMB: 256,
+	inst, err := e.b.cfg.Node.Restore(ctx, node.CreateRequest{ID: sandbox.NewID(), Layers: dirs, CPUCount: 1, MemoryMB: 256,
 		AccessToken: img.SnapshotToken, User: img.User, Workdir: img.Workdir}, e.images.SnapshotDir(img.Snapshot))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.b.remove(sb)
+	defer e.b.remove(inst)
 	status := func(method, path, token, body string) int {
 		t.Helper()
-		req, _ := http.NewRequest(method, sb.EnvdURL()+path, strings.NewReader(body))
+		req, _ := http.NewRequest(method, inst.EnvdURL()+path, strings.NewReader(body))
 		if token != "" {
 			req.Header.Set("X-Access-Token", token)
 		}

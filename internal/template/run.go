@@ -524,17 +524,17 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 		return nil
 	}
 	start := time.Now()
-	sb, c, err := b.sandbox(ctx, bd, st.layers, "", "", newToken())
+	inst, c, err := b.sandbox(ctx, bd, st.layers, "", "", newToken())
 	if err != nil {
 		return err
 	}
 	if err := do(c); err != nil {
 		c.close()
-		b.remove(sb)
+		b.remove(inst)
 		return err
 	}
 	c.close()
-	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), sb, layerID); err != nil {
+	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), inst, layerID); err != nil {
 		return fmt.Errorf("keeping the step's files: %w", err)
 	}
 	st.layers = append(st.layers, layerID)
@@ -546,7 +546,7 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 // limited to Config.BuildDiskMB like any sandbox's (its own ext4 disk),
 // and node.Commit copies it into a layer; token is envd's, a fresh one
 // for each sandbox (newToken).
-func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, user, workdir, token string) (*node.Sandbox, *envdClient, error) {
+func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, user, workdir, token string) (*node.Instance, *envdClient, error) {
 	dirs, err := b.cfg.Images.LayerDirs(&image.Template{ID: bd.ID, Layers: layers})
 	if err != nil {
 		return nil, nil, err
@@ -554,21 +554,21 @@ func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, 
 	if user == "" {
 		user = "root"
 	}
-	sb, err := b.cfg.Node.Create(ctx, node.CreateRequest{
+	inst, err := b.cfg.Node.Create(ctx, node.CreateRequest{
 		ID: sandbox.NewID(), Layers: dirs, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB,
 		DiskSizeMB: b.cfg.BuildDiskMB, AccessToken: token, User: user, Workdir: workdir,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting a build sandbox: %w", err)
 	}
-	return sb, newEnvdClient(sb, token), nil
+	return inst, newEnvdClient(inst, token), nil
 }
 
-func (b *Builder) remove(sb *node.Sandbox) {
+func (b *Builder) remove(inst *node.Instance) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := b.cfg.Node.Delete(ctx, sb); err != nil {
-		b.log.Error("removing a build sandbox", "sandbox", sb.ID, "err", err)
+	if err := b.cfg.Node.Delete(ctx, inst); err != nil {
+		b.log.Error("removing a build sandbox", "sandbox", inst.ID, "err", err)
 	}
 }
 
@@ -604,7 +604,7 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 	// (SnapshotToken), the sandbox manager authenticates a restored
 	// sandbox's /init with it, and /init gives the sandbox its own.
 	token := newToken()
-	sb, c, err := b.sandbox(ctx, bd, img.Layers, img.User, img.Workdir, token)
+	inst, c, err := b.sandbox(ctx, bd, img.Layers, img.User, img.Workdir, token)
 	if err != nil {
 		return err
 	}
@@ -612,7 +612,7 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 	keep := false
 	defer func() {
 		if !keep {
-			b.remove(sb)
+			b.remove(inst)
 		}
 	}()
 	startCtx, stopStream := context.WithCancel(ctx)
@@ -638,17 +638,17 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 	lg.info("ready; taking the snapshot")
 	dir := b.cfg.Images.SnapshotDir(snapID)
 	_ = b.cfg.Images.RemoveSnapshot(snapID)
-	if err := b.cfg.Node.Checkpoint(context.WithoutCancel(ctx), sb, dir, false); err != nil {
+	if err := b.cfg.Node.Checkpoint(context.WithoutCancel(ctx), inst, dir, false); err != nil {
 		_ = b.cfg.Images.RemoveSnapshot(snapID)
 		return fmt.Errorf("checkpointing: %w", err)
 	}
 	keep = true
 	if err := writeSnapshotToken(dir, token); err != nil {
-		b.remove(sb)
+		b.remove(inst)
 		_ = b.cfg.Images.RemoveSnapshot(snapID)
 		return fmt.Errorf("keeping the snapshot's envd token: %w", err)
 	}
-	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), sb, snapID); err != nil {
+	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), inst, snapID); err != nil {
 		_ = b.cfg.Images.RemoveSnapshot(snapID)
 		return fmt.Errorf("keeping the started sandbox's files: %w", err)
 	}
