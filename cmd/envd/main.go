@@ -19,35 +19,32 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/envd/reaper"
 	"github.com/warren-sandbox/warren/internal/envd/settings"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
-// tokenEnv carries the initial access token from the runtime; it is removed
-// from envd's environment at once so no sandbox process inherits it.
-const tokenEnv = "WARREN_ENVD_ACCESS_TOKEN"
-
 func main() {
-	addr := flag.String("addr", fmt.Sprintf("0.0.0.0:%d", envd.Port), "listen address; several may be given, comma-separated")
+	addr := flag.String("addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port), "listen address; several may be given, comma-separated")
 	user := flag.String("user", "user", "default user for requests that name none")
 	workdir := flag.String("workdir", "", "default working directory (default: the user's home)")
 	version := flag.Bool("version", false, "print the version and exit")
 	insecure := flag.Bool("insecure-no-token", false, "serve every request without a token while none is set (development only: anyone who reaches the port can run anything as root)")
 	flag.Parse()
 	if *version {
-		fmt.Println(envd.Version)
+		fmt.Println(envdinfo.Version)
 		return
 	}
 	// One JSON object per line: the platform parses envd.log into E2B's
 	// SandboxLogEntry records (time, level, msg, the rest as fields).
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	token := os.Getenv(tokenEnv)
-	os.Unsetenv(tokenEnv)
+	token := os.Getenv(envdinfo.AccessTokenEnv)
+	os.Unsetenv(envdinfo.AccessTokenEnv) // at once, so that no sandbox process inherits it
 	s := settings.New(*user, *workdir, token)
 	switch {
 	case token == "" && *insecure:
 		s.AllowNoToken()
 		log.Warn("no access token and --insecure-no-token: every request is served unauthenticated")
 	case token == "":
-		log.Warn("no access token (" + tokenEnv + "): every request but GET /health is refused")
+		log.Warn("no access token (" + envdinfo.AccessTokenEnv + "): every request but GET /health is refused")
 	}
 	if err := run(*addr, s, log); err != nil {
 		log.Error("envd failed", "err", err)
@@ -73,7 +70,7 @@ func run(addr string, s *settings.Settings, log *slog.Logger) error {
 			return err
 		}
 		go func() { errc <- hs.Serve(ln) }()
-		log.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version)
+		log.Info("envd listening", "addr", ln.Addr().String(), "version", envdinfo.Version)
 	}
 
 	sigs := make(chan os.Signal, 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
 )
@@ -232,7 +233,7 @@ func templateOf(t template.TemplateInfo) gen.Template {
 	out := gen.Template{
 		TemplateID: t.ID, CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB), DiskSizeMB: int32(t.DiskSizeMB),
 		Public: t.Public, Aliases: orEmptyList(t.Names), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
-		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: template.EnvdVersion,
+		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: envdinfo.Version,
 		LastSpawnedAt: timeOrNil(t.LastSpawnedAt),
 	}
 	names := orEmptyList(t.Names)

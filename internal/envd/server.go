@@ -24,13 +24,6 @@ import (
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
 
-// Version is the envd version reported to the platform and the SDK. The SDK
-// gates features on it (wire contract §10); 0.6.4 enables all of them.
-const Version = "0.6.4"
-
-// Port is where envd listens inside a sandbox.
-const Port = 49983
-
 // Server is envd's HTTP handler plus the resources it owns.
 type Server struct {
 	settings *settings.Settings

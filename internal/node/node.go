@@ -28,13 +28,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
-
-// EnvdPort is where envd listens inside every sandbox.
-const EnvdPort = 49983
 
 // Rootfs is a sandbox's mounted root filesystem.
 type Rootfs interface {
@@ -136,7 +134,7 @@ type Instance struct {
 
 // EnvdURL is the base URL of the sandbox's envd, reachable from the host.
 func (inst *Instance) EnvdURL() string {
-	return "http://" + net.JoinHostPort(inst.Slot.SandboxIP.String(), strconv.Itoa(EnvdPort))
+	return "http://" + net.JoinHostPort(inst.Slot.SandboxIP.String(), strconv.Itoa(envdinfo.Port))
 }
 
 // Create starts a sandbox and returns once envd is healthy.
@@ -184,7 +182,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Instance, _ r
 	if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
-	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}
+	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port)}
 	if req.User != "" {
 		args = append(args, "--user", req.User)
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/rootfs"
@@ -250,7 +251,7 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 				}
 			}
 			// Other sandboxes are unreachable.
-			out, code = sh(t, a, tokA, "", fmt.Sprintf("curl -s -m 1 http://%s:%d/health -o /dev/null -w '%%{http_code}'", b.Slot.SandboxIP, EnvdPort), 15*time.Second)
+			out, code = sh(t, a, tokA, "", fmt.Sprintf("curl -s -m 1 http://%s:%d/health -o /dev/null -w '%%{http_code}'", b.Slot.SandboxIP, envdinfo.Port), 15*time.Second)
 			if code == 0 {
 				t.Errorf("sandbox a reached sandbox b's envd: %q", out)
 			}

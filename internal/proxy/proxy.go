@@ -48,12 +48,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/reqid"
 )
-
-// EnvdPort is envd's port in every sandbox.
-const EnvdPort = 49983
 
 // Errors a Resolver returns (possibly wrapped).
 var (
@@ -200,7 +198,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.Paused {
-		if port == EnvdPort && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
+		if port == envdinfo.Port && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
 			p.failures.Spend(client)
 			writeError(w, http.StatusUnauthorized, id, 0, "the sandbox is paused: a request to envd resumes it only with the sandbox's access token in X-Access-Token")
 			return
@@ -259,9 +257,9 @@ func (p *Proxy) recoverPanic(w http.ResponseWriter, r *http.Request) {
 // trafficAllowed reports whether a request to port passes the sandbox's
 // traffic token check. envd's port is exempt (the SDK authenticates to envd
 // with envd's own access token); this is apart from ServeHTTP so that the
-// exemption is testable without listening on EnvdPort.
+// exemption is testable without listening on envdinfo.Port.
 func trafficAllowed(port int, want, got string) bool {
-	if port == EnvdPort || want == "" {
+	if port == envdinfo.Port || want == "" {
 		return true
 	}
 	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
@@ -392,7 +390,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(rt.target.IP.String(), strconv.Itoa(rt.port))
 	pr.Out.Host = pr.In.Host
-	if rt.port != EnvdPort && rt.target.MaskRequestHost != "" {
+	if rt.port != envdinfo.Port && rt.target.MaskRequestHost != "" {
 		pr.Out.Host = strings.ReplaceAll(rt.target.MaskRequestHost, "${PORT}", strconv.Itoa(rt.port))
 	}
 	pr.Out.Header.Del("E2b-Sandbox-Id")

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
 // resolverFunc adapts a function to Resolver; nothing is ever paused.
@@ -292,7 +294,7 @@ func TestTrafficTokenExemptsEnvd(t *testing.T) {
 		want, got string
 		ok        bool
 	}{
-		{EnvdPort, "secret", "", true},
+		{envdinfo.Port, "secret", "", true},
 		{8080, "", "", true},
 		{8080, "secret", "", false},
 		{8080, "secret", "wrong", false},

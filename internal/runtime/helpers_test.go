@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -239,7 +242,7 @@ func (n *testNet) readdIP(t testing.TB) {
 var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // envdURL is envd's base URL in a sandbox.
-func envdURL(ip string) string { return "http://" + ip + ":49983" }
+func envdURL(ip string) string { return "http://" + net.JoinHostPort(ip, strconv.Itoa(envdinfo.Port)) }
 
 // healthy asks envd's /health once.
 func healthy(ip string, timeout time.Duration) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
 // ociOptions are the differences between backends in the OCI spec.
@@ -129,7 +130,7 @@ func buildEnv(s *Spec) []string {
 		if strings.HasPrefix(kv, "PATH=") {
 			hasPath = true
 		}
-		if strings.HasPrefix(kv, AccessTokenEnv+"=") && s.AccessToken != "" {
+		if strings.HasPrefix(kv, envdinfo.AccessTokenEnv+"=") && s.AccessToken != "" {
 			continue // the explicit field wins
 		}
 		env = append(env, kv)
@@ -138,7 +139,7 @@ func buildEnv(s *Spec) []string {
 		env = append([]string{"PATH=" + defaultPath}, env...)
 	}
 	if s.AccessToken != "" {
-		env = append(env, AccessTokenEnv+"="+s.AccessToken)
+		env = append(env, envdinfo.AccessTokenEnv+"="+s.AccessToken)
 	}
 	return env
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
 func testSpec() Spec {
@@ -175,9 +176,9 @@ func TestSpecValidate(t *testing.T) {
 }
 
 func TestEnvTokenWins(t *testing.T) {
-	s := Spec{Env: []string{"PATH=/bin", AccessTokenEnv + "=old"}, AccessToken: "new"}
+	s := Spec{Env: []string{"PATH=/bin", envdinfo.AccessTokenEnv + "=old"}, AccessToken: "new"}
 	env := buildEnv(&s)
-	if !slices.Equal(env, []string{"PATH=/bin", AccessTokenEnv + "=new"}) {
+	if !slices.Equal(env, []string{"PATH=/bin", envdinfo.AccessTokenEnv + "=new"}) {
 		t.Errorf("env = %v", env)
 	}
 	if env := buildEnv(&Spec{}); len(env) != 1 || !strings.HasPrefix(env[0], "PATH=") {

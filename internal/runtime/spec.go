@@ -61,9 +61,6 @@ type Mount struct {
 // EnvdMountPath is where envd appears inside every sandbox.
 const EnvdMountPath = "/opt/warren/envd"
 
-// AccessTokenEnv carries envd's initial access token.
-const AccessTokenEnv = "WARREN_ENVD_ACCESS_TOKEN"
-
 // idPattern is narrower than what runc and runsc accept: IDs end up in
 // file names, cgroup paths and runsc's state-file glob patterns.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)

@@ -58,16 +58,13 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 )
-
-// EnvdVersion is the version of envd every sandbox runs; the SDK gates
-// features on it.
-const EnvdVersion = "0.6.4"
 
 // Errors, matched with errors.Is; the API maps them to statuses.
 var (
@@ -410,7 +407,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
 		StartedAt: now, EndAt: now.Add(req.Timeout),
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
+		EnvdVersion: envdinfo.Version, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),

@@ -72,9 +72,6 @@ var (
 // DefaultBuildDiskMB is Config.BuildDiskMB's default: 10 GiB.
 const DefaultBuildDiskMB = 10240
 
-// EnvdVersion is what builds report as their sandboxes' envd version.
-const EnvdVersion = "0.6.4"
-
 // Config wires a Builder.
 type Config struct {
 	Store  store.Store

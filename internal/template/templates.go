@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/dockerfile"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -188,7 +189,7 @@ func (b *Builder) newBuild(ctx context.Context, t store.Template, rec buildRecor
 	bd := store.Build{
 		ID: newUUID(), TemplateID: t.ID, Status: store.BuildWaiting,
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
-		EnvdVersion: EnvdVersion, Spec: rec.String(), Node: b.cfg.NodeName,
+		EnvdVersion: envdinfo.Version, Spec: rec.String(), Node: b.cfg.NodeName,
 		CreatedAt: now, UpdatedAt: now,
 	}
 	if err := b.cfg.Store.CreateBuild(ctx, bd); err != nil {

@@ -15,13 +15,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/store"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
-
-// envdPort is envd's port in every sandbox.
-const envdPort = 49983
 
 // proxyClient carries envd calls to the proxy; a stream may run for as
 // long as its context allows.
@@ -32,7 +30,7 @@ var proxyClient = &http.Client{}
 // and the user.
 func envdHeaders(h http.Header, sandboxID, token, user string) {
 	h.Set("E2b-Sandbox-Id", sandboxID)
-	h.Set("E2b-Sandbox-Port", strconv.Itoa(envdPort))
+	h.Set("E2b-Sandbox-Port", strconv.Itoa(envdinfo.Port))
 	if token != "" {
 		h.Set("X-Access-Token", token)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	fspb "github.com/warren-sandbox/warren/proto/envd/filesystem"
 	"github.com/warren-sandbox/warren/proto/envd/filesystem/filesystemconnect"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
@@ -310,7 +311,7 @@ func TestSlowOutputSubscriber(t *testing.T) {
 	env := append([]byte{0, byte(len(msg) >> 24), byte(len(msg) >> 16), byte(len(msg) >> 8), byte(len(msg))}, msg...)
 	fmt.Fprintf(conn, "POST /process.Process/Connect HTTP/1.1\r\nHost: localhost\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\n"+
 		"X-Access-Token: %s\r\nContent-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n",
-		sb.ID, envdPort, sb.EnvdToken, len(env))
+		sb.ID, envdinfo.Port, sb.EnvdToken, len(env))
 	conn.Write(env)
 
 	var got int64

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
 // probeScript tries a TCP connection (an HTTP GET) to each address and
@@ -94,7 +96,7 @@ func TestSandboxReachesAnotherSandbox(t *testing.T) {
 	sb := mustCreate(t, S.teamA, createOpts{})
 	otherIP, witnessIP := sandboxIP(t, other), sandboxIP(t, S.witness)
 	mustFailFast(t, "sandbox → sandbox", probe(t, sb, []string{
-		otherIP + ":8000", fmt.Sprintf("%s:%d", otherIP, envdPort), fmt.Sprintf("%s:%d", witnessIP, envdPort),
+		otherIP + ":8000", fmt.Sprintf("%s:%d", otherIP, envdinfo.Port), fmt.Sprintf("%s:%d", witnessIP, envdinfo.Port),
 	}))
 }
 

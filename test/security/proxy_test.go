@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 )
 
 // proxyGet sends GET path to the sandbox proxy with the given Host and
@@ -96,9 +98,9 @@ func TestProxyHostTricks(t *testing.T) {
 	})
 	t.Run("envd's port with only a traffic token", func(t *testing.T) {
 		for _, r := range []apiResponse{
-			proxyGet(t, host(envdPort, victim.ID), "/envs", tok, victim.TrafficToken),
-			proxyGet(t, host(envdPort, victim.ID), "/envs", tok, attacker.TrafficToken),
-			proxyGet(t, "localhost", "/files?path=/etc/hostname", "E2b-Sandbox-Id", victim.ID, "E2b-Sandbox-Port", strconv.Itoa(envdPort), tok, victim.TrafficToken),
+			proxyGet(t, host(envdinfo.Port, victim.ID), "/envs", tok, victim.TrafficToken),
+			proxyGet(t, host(envdinfo.Port, victim.ID), "/envs", tok, attacker.TrafficToken),
+			proxyGet(t, "localhost", "/files?path=/etc/hostname", "E2b-Sandbox-Id", victim.ID, "E2b-Sandbox-Port", strconv.Itoa(envdinfo.Port), tok, victim.TrafficToken),
 		} {
 			if r.Status != http.StatusUnauthorized {
 				t.Errorf("envd answered a request with a traffic token but no access token: %s, want 401", r)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -31,7 +32,7 @@ func main() {
 		err := st.CreateSandbox(ctx, store.Sandbox{
 			ID: sandbox.NewID(), TeamID: auth.DefaultTeamID, TemplateID: "base", Alias: "base", State: store.StateRunning,
 			StartedAt: now.Add(-time.Duration(i) * time.Second), EndAt: now.Add(24 * time.Hour),
-			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: sandbox.EnvdVersion,
+			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: envdinfo.Version,
 			Metadata: map[string]string{"seeded": "true", "i": fmt.Sprint(i)},
 			Node:     "elsewhere", Runtime: "runsc", Extra: "{}",
 		})
