@@ -6,10 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/server"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -18,18 +18,6 @@ const keysUsage = `usage: warren keys create [--access-token] [--name NAME]
        warren keys list
        warren keys revoke ID
 flags (all): --data-dir DIR, --store URL (default: DIR/warren.db)`
-
-// openStore opens the store warren serve uses: --store, else SQLite in the
-// data directory.
-func openStore(ctx context.Context, dataDir, url string) (store.Store, error) {
-	if url == "" {
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return nil, err
-		}
-		url = filepath.Join(dataDir, "warren.db")
-	}
-	return store.Open(ctx, url)
-}
 
 func runKeys(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -41,7 +29,7 @@ func runKeys(ctx context.Context, args []string) error {
 	accessToken := fs.Bool("access-token", false, "create an access token (Bearer) instead of an API key")
 	name := fs.String("name", "", "a name to recognise the key by")
 	fs.Parse(args[1:])
-	s, err := openStore(ctx, *dataDir, *storeURL)
+	s, err := server.OpenStore(ctx, *dataDir, *storeURL)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"strings"
@@ -23,8 +23,8 @@ func TestRuncNeedsInsecureRuntime(t *testing.T) {
 // addresses would fail at once, without a DNS lookup).
 func TestServeRefusesRuncFirst(t *testing.T) {
 	dir := t.TempDir()
-	f := serveFlags{runtime: "runc", dataDir: dir, apiAddr: "no-port", proxyAddr: "no-port"}
-	err := serve(t.Context(), f, nil)
+	cfg := Config{Runtime: "runc", DataDir: dir, APIAddr: "no-port", ProxyAddr: "no-port"}
+	err := Run(t.Context(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "--insecure-runtime") {
 		t.Fatalf("serve --runtime runc: %v", err)
 	}

@@ -1,0 +1,268 @@
+// Package server assembles and runs `warren serve`: it opens the store,
+// the image store and root filesystems, builds the node (runtime,
+// network, envd), the template builder, the sandbox manager, the API and
+// the proxy, serves until its context ends, and shuts them down. cmd/warren
+// only parses the flags into a Config.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/api"
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/hostres"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/resolvconf"
+	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
+)
+
+// Config is `warren serve`'s flags (see cmd/warren for their defaults and
+// meaning).
+type Config struct {
+	DataDir, StoreURL, APIAddr, ProxyAddr, Domain string
+	Runtime, Envd, RunDir, CgroupParent           string
+	NetworkCIDR, NetworkPrefix, NodeName          string
+	RegistryMirror                                string
+	ResolvConf                                    string
+	AllowPrivate                                  network.PrefixList
+	MaxSandboxes, MaxPerTeam, PoolSize            int
+	BuildConcurrency                              int
+	MemoryOvercommit, CPUOvercommit, APIRateLimit float64
+	DiskReserveMB                                 int64
+	PausedRetention                               time.Duration
+	MaxUploadMB                                   int
+	InsecureRegistries                            []string
+	InsecureRuntime                               bool
+	BuildDiskMB                                   int
+	// Stdout gets what serve prints for its user: the first start's
+	// credentials and the SDK's exports. Default os.Stdout.
+	Stdout io.Writer
+}
+
+// Run serves with cfg until ctx ends (or a server fails), then shuts the
+// API and the proxy down; sandboxes keep running. log gets the server's
+// log.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	out := cfg.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
+	if err := checkRuntime(cfg.Runtime, cfg.InsecureRuntime); err != nil {
+		return err
+	}
+	// Listen first: a taken port should fail before anything is started.
+	apiLn, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return err
+	}
+	defer apiLn.Close()
+	proxyLn, err := net.Listen("tcp", cfg.ProxyAddr)
+	if err != nil {
+		return err
+	}
+	defer proxyLn.Close()
+
+	// Before anything is written there.
+	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
+		return err
+	} else if changed != "" {
+		log.Warn("data dir secured: other local users could reach tenants' files below it", "dir", cfg.DataDir, "changed", changed)
+	}
+	st, err := OpenStore(ctx, cfg.DataDir, cfg.StoreURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	creds, err := auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
+	if err != nil {
+		return err
+	}
+	if creds != nil {
+		fmt.Fprintf(out, "First start: created an API key and an access token. They are shown only now, and kept in %s (mode 0600).\n", creds.File)
+		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
+	}
+
+	images, err := image.Open(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	// An image pull stops at the disk reserve as creates and builds do.
+	images.GuardSpace(func() error {
+		free, err := hostres.FreeMB(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		if free < cfg.DiskReserveMB {
+			return fmt.Errorf("the data dir's file system has %d MB free, less than its reserve (--disk-reserve-mb %d): the image is too large for this node", free, cfg.DiskReserveMB)
+		}
+		return nil
+	})
+	if _, err := images.Template(baseimage.TemplateID); err != nil {
+		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", cfg.DataDir, cfg.DataDir, err)
+	}
+	envd := cfg.Envd
+	if envd == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		envd = filepath.Join(filepath.Dir(exe), "envd")
+	}
+	if _, err := os.Stat(envd); err != nil {
+		return fmt.Errorf("envd: %w (build it with `make build`, or give --envd)", err)
+	}
+	rtCfg := runtime.Config{StateDir: filepath.Join(cfg.RunDir, cfg.Runtime), CgroupParent: cfg.CgroupParent}
+	if cfg.Runtime == "runsc" {
+		rtCfg.Binary = setup.RunscPath(cfg.DataDir)
+	}
+	rt, err := runtime.New(cfg.Runtime, rtCfg)
+	if err != nil {
+		return err
+	}
+	cidr, err := netip.ParsePrefix(cfg.NetworkCIDR)
+	if err != nil {
+		return fmt.Errorf("--network-cidr: %w", err)
+	}
+	dns, warnings, err := resolvconf.Load(cfg.ResolvConf)
+	if err != nil {
+		return fmt.Errorf("--resolv-conf: %w", err)
+	}
+	for _, w := range warnings {
+		log.Warn("--resolv-conf: " + w)
+	}
+	resolvConf := filepath.Join(cfg.RunDir, "resolv.conf") // what sandboxes get
+	if err := dns.WriteFile(resolvConf); err != nil {
+		return err
+	}
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers})
+	if err != nil {
+		return err
+	}
+	defer nw.Close()
+	roots, err := rootfs.Open(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
+	if err != nil {
+		return err
+	}
+	if cfg.MaxUploadMB <= 0 {
+		return fmt.Errorf("--max-upload-mb must be positive")
+	}
+	builder, err := template.New(template.Config{
+		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Concurrency: cfg.BuildConcurrency,
+		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
+		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	totals, err := hostres.Read()
+	if err != nil {
+		return err
+	}
+	mgr, err := sandbox.New(sandbox.Config{
+		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
+		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
+		Resolve:  builder.SandboxTemplate,
+		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
+		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if err := mgr.Close(); err != nil {
+			log.Warn("stopping the sandbox manager", "err", err)
+		}
+	}()
+	// After the manager's start, which removed the build sandboxes a
+	// previous run left; closed before the manager.
+	if err := builder.Start(ctx); err != nil {
+		return err
+	}
+	defer builder.Close()
+	if live, _ := mgr.Count(); live > 0 {
+		log.Info("sandboxes of the previous run are running on", "count", live)
+	}
+
+	dataDir := cfg.DataDir
+	apiSrv := api.NewHTTPServer(api.New(api.Config{
+		Store: st, Sandboxes: mgr, Templates: builder, ClientID: cfg.NodeName, Logger: log,
+		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
+		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: func() (int64, error) { return hostres.FreeMB(dataDir) },
+	}), api.Timeouts{})
+	proxySrv := proxy.NewHTTPServer(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
+	errc := make(chan error, 2)
+	go func() { errc <- apiSrv.Serve(apiLn) }()
+	go func() { errc <- proxySrv.Serve(proxyLn) }()
+	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
+		"runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+	key := fmt.Sprintf("$(sed -n 's/^E2B_API_KEY=//p' %s)", filepath.Join(cfg.DataDir, "credentials"))
+	if creds != nil {
+		key = creds.APIKey
+	}
+	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+		apiLn.Addr(), proxyLn.Addr(), cfg.Domain, key)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("shutting down; running sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = apiSrv.Shutdown(sctx)
+	// Sandbox streams (a command's output) may be open for hours: don't wait.
+	_ = proxySrv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// checkRuntime refuses runc unless insecure is set: a runc sandbox is a
+// container on the host kernel, hardened (seccomp, capabilities, masked
+// /proc) but one kernel bug away from the host, and Warren runs hostile
+// code. gVisor puts its own kernel in between.
+func checkRuntime(name string, insecure bool) error {
+	if name == "runc" && !insecure {
+		return errors.New("--runtime runc runs sandboxes on the host kernel, where one kernel exploit by sandboxed code reaches the host: " +
+			"use --runtime runsc (gVisor, the default), or add --insecure-runtime if every sandbox on this node runs trusted code")
+	}
+	return nil
+}
+
+// OpenStore opens the store warren serve uses: url (PostgreSQL, or a
+// SQLite file), else SQLite in the data directory.
+func OpenStore(ctx context.Context, dataDir, url string) (store.Store, error) {
+	if url == "" {
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, err
+		}
+		url = filepath.Join(dataDir, "warren.db")
+	}
+	return store.Open(ctx, url)
+}
