@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/poll"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,20 +24,21 @@ func Acquire(ctx context.Context, path string) (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	for {
+	err = poll.Until(ctx, pollInterval, func(context.Context) (bool, error) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		return err == nil, err
+	})
+	switch {
+	case err == nil:
+		return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		f.Close()
+		return nil, fmt.Errorf("waiting for %s: %w", path, err)
+	default:
+		f.Close()
+		return nil, err
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 // Benchmarks use a prefix and range of their own.
@@ -65,10 +67,8 @@ func BenchmarkAcquireFromPool(b *testing.B) {
 	m := newBenchManager(b, 4)
 	for b.Loop() {
 		b.StopTimer()
-		for deadline := time.Now().Add(5 * time.Second); len(m.pool) == 0; time.Sleep(100 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("pool did not refill within 5 s")
-			}
+		if !poll.Within(5*time.Second, 100*time.Microsecond, func() bool { return len(m.pool) > 0 }) {
+			b.Fatal("pool did not refill within 5 s")
 		}
 		b.StartTimer()
 		s, err := m.Acquire(context.Background())

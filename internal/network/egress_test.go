@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/network/testhost"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 func TestBlockedIntervals(t *testing.T) {
@@ -167,11 +168,10 @@ func mustResolve(t *testing.T, server netip.Addr) {
 	for _, network := range []string{"udp", "tcp"} {
 		var got netip.Addr
 		var err error
-		for deadline := time.Now().Add(reachTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if got, err = testhost.Lookup(network, netip.AddrPortFrom(server, 53).String(), probeName, probeTimeout); err == nil {
-				break
-			}
-		}
+		poll.Within(reachTimeout, 20*time.Millisecond, func() bool {
+			got, err = testhost.Lookup(network, netip.AddrPortFrom(server, 53).String(), probeName, probeTimeout)
+			return err == nil
+		})
 		if err != nil || got != probeAddr {
 			t.Errorf("DNS over %s from the sandbox: %v, %v; want %v", network, got, err, probeAddr)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 // Tests use their own prefix and range, so they never touch the slots or
@@ -182,14 +183,10 @@ const reachTimeout = 4 * time.Second
 // dialReachable is dial for a peer that must answer: it retries until
 // reachTimeout.
 func dialReachable(addr string, from netip.Addr) (string, error) {
-	deadline := time.Now().Add(reachTimeout)
-	for {
-		saw, err := dial(addr, from)
-		if err == nil || time.Now().After(deadline) {
-			return saw, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var saw string
+	var err error
+	poll.Within(reachTimeout, 20*time.Millisecond, func() bool { saw, err = dial(addr, from); return err == nil })
+	return saw, err
 }
 
 func hostPort(ip netip.Addr, port int) string {

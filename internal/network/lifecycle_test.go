@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/network/testhost"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 func TestConfigNames(t *testing.T) {
@@ -260,11 +261,10 @@ func TestReusedAddressInheritsNoFlows(t *testing.T) {
 	testhost.DoInNetNS(t, s.NetNSPath, func() { port = listen(t, "0.0.0.0:0").Port })
 	var conn net.Conn
 	var err error
-	for deadline := time.Now().Add(reachTimeout); ; time.Sleep(20 * time.Millisecond) {
-		if conn, err = net.DialTimeout("tcp4", hostPort(s.SandboxIP, port), probeTimeout); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	poll.Within(reachTimeout, 20*time.Millisecond, func() bool {
+		conn, err = net.DialTimeout("tcp4", hostPort(s.SandboxIP, port), probeTimeout)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 // waitPool waits, for at most 5 s, until the pool holds n ready slots.
 func waitPool(tb testing.TB, m *Manager, n int) {
 	tb.Helper()
-	for deadline := time.Now().Add(5 * time.Second); len(m.pool) < n; time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("pool has %d ready slots after 5 s, want %d", len(m.pool), n)
-		}
+	if !poll.Within(5*time.Second, 2*time.Millisecond, func() bool { return len(m.pool) >= n }) {
+		tb.Fatalf("pool has %d ready slots after 5 s, want %d", len(m.pool), n)
 	}
 }
 

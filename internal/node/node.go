@@ -30,6 +30,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
@@ -360,23 +361,23 @@ func (n *Node) waitHealthy(ctx context.Context, inst *Instance) error {
 	// backing off would add up to a whole interval to every create.
 	const interval = 3 * time.Millisecond
 	var last error
-	for {
+	err := poll.Until(ctx, interval, func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		res, err := n.client.Do(req)
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusNoContent {
-				return nil
+				return true, nil
 			}
 			err = fmt.Errorf("health answered %s", res.Status)
 		}
 		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("node: envd of sandbox %s did not become healthy: %v", inst.ID, last)
-		case <-time.After(interval):
-		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node: envd of sandbox %s did not become healthy: %v", inst.ID, last)
 	}
+	return nil
 }
 
 // Cleanup removes what a crashed previous run left on this node:

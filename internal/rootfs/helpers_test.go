@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -58,17 +59,9 @@ func assertGone(t testing.TB, s testStore, id string) {
 	}
 	// The kernel detaches an auto-clearing loop device as the file system
 	// goes; allow it a moment.
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		backed := loopsUnder(dir)
-		if len(backed) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("loop devices %v still backed by files in %s", backed, dir)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	var backed []string
+	if !poll.Within(3*time.Second, 10*time.Millisecond, func() bool { backed = loopsUnder(dir); return len(backed) == 0 }) {
+		t.Errorf("loop devices %v still backed by files in %s", backed, dir)
 	}
 	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("directory %s left (%v)", dir, err)

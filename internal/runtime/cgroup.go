@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/mountinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 // cgroupMounts says where the cgroup hierarchies are mounted. A host is
@@ -176,17 +177,15 @@ func removeCgroupTree(ctx context.Context, dir string) error {
 			}
 		}
 	}
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		err := os.Remove(dir)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("removing cgroup %s: %w", dir, err)
-		case <-time.After(delay):
-		}
+	var last error
+	err = poll.Backoff(ctx, time.Millisecond, 50*time.Millisecond, func(context.Context) (bool, error) {
+		last = os.Remove(dir)
+		return last == nil || errors.Is(last, fs.ErrNotExist), nil
+	})
+	if err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", dir, last)
 	}
+	return nil
 }
 
 // cgroupLeftovers lists the directories of cgroup path cg that exist.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/envdinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -266,11 +267,8 @@ func waitHealthy(t testing.TB, ip string, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var err error
-	for time.Since(start) < limit {
-		if err = healthy(ip, 500*time.Millisecond); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if poll.Within(limit, 5*time.Millisecond, func() bool { err = healthy(ip, 500*time.Millisecond); return err == nil }) {
+		return time.Since(start)
 	}
 	t.Fatalf("envd at %s not healthy after %v: %v", ip, limit, err)
 	return 0

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 var backends = []string{"runc", "runsc"}
@@ -143,14 +145,10 @@ func TestMemoryLimit(t *testing.T) {
 				t.Fatalf("allocating 200 MB under a 128 MB limit succeeded")
 			}
 			var st State
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			poll.Within(5*time.Second, 20*time.Millisecond, func() bool {
 				st, err = rt.State(ctx, sb.spec.ID)
-				if err != nil || name == "runc" || st == StateStopped || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return err != nil || name == "runc" || st == StateStopped
+			})
 			herr := healthy(sb.net.sandboxIP, 2*time.Second)
 			t.Logf("%s: after the OOM kill: state=%s (%v), envd health: %v", name, st, err, herr)
 			switch name {

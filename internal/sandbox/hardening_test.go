@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -251,15 +252,11 @@ func TestPausedSandboxesAreReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	pausedAt := time.Now()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := st.GetSandbox(ctx, old.ID); errors.Is(err, store.ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sandbox paused past the retention was not removed within 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Within(20*time.Second, 50*time.Millisecond, func() bool {
+		_, err := st.GetSandbox(ctx, old.ID)
+		return errors.Is(err, store.ErrNotFound)
+	}) {
+		t.Fatal("the sandbox paused past the retention was not removed within 20 s")
 	}
 	if waited := time.Since(pausedAt); waited < 3*time.Second {
 		t.Errorf("removed after %v, before the retention of 3 s", waited)

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -167,15 +168,8 @@ func (e *env) create(req CreateRequest) (store.Sandbox, error) {
 // waitWarm waits until the warm pools hold n sandboxes, at most 30 s.
 func (e *env) waitWarm(n int) {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, warm := e.mgr.Count(); warm == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the warm pool did not reach %d sandboxes within 30 s", n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Within(30*time.Second, 20*time.Millisecond, func() bool { _, warm := e.mgr.Count(); return warm == n }) {
+		e.t.Fatalf("the warm pool did not reach %d sandboxes within 30 s", n)
 	}
 }
 
@@ -277,15 +271,11 @@ func TestReaperKillsExpired(t *testing.T) {
 	if err := e.mgr.SetTimeout(ctx, "t1", rec.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := e.store.GetSandbox(ctx, rec.ID); errors.Is(err, store.ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the expired sandbox was not removed within 10 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Within(10*time.Second, 50*time.Millisecond, func() bool {
+		_, err := e.store.GetSandbox(ctx, rec.ID)
+		return errors.Is(err, store.ErrNotFound)
+	}) {
+		t.Fatal("the expired sandbox was not removed within 10 s")
 	}
 	if _, err := e.mgr.Get(ctx, "t1", keep.ID); err != nil {
 		t.Errorf("the other sandbox: %v", err)

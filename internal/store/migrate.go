@@ -15,6 +15,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"golang.org/x/sys/unix"
 )
 
@@ -177,23 +178,19 @@ func (l *fileLocker) SessionLock(ctx context.Context, _ *sql.Conn) error {
 	if err != nil {
 		return fmt.Errorf("migration lock: %w", err)
 	}
-	for {
+	err = poll.Until(ctx, lockPoll, func(context.Context) (bool, error) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			l.held = f
-			return nil
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return fmt.Errorf("migration lock %s: %w", l.path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return fmt.Errorf("migration lock %s: %w", l.path, ctx.Err())
-		case <-time.After(lockPoll):
-		}
+		return err == nil, err
+	})
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("migration lock %s: %w", l.path, err)
 	}
+	l.held = f
+	return nil
 }
 
 // SessionUnlock closes the lock file, which releases the flock.

@@ -31,6 +31,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -211,19 +212,18 @@ func (e *env) wait(templateID, buildID string) Status {
 // waitAs waits at most 5 minutes for a build of team to end.
 func (e *env) waitAs(team, templateID, buildID string) Status {
 	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		st, err := e.b.Status(context.Background(), team, templateID, buildID, 0, 100, "")
-		if err != nil {
+	var st Status
+	ended := poll.Within(5*time.Minute, 100*time.Millisecond, func() bool {
+		var err error
+		if st, err = e.b.Status(context.Background(), team, templateID, buildID, 0, 100, ""); err != nil {
 			e.t.Fatal(err)
 		}
-		if st.Build.Status == store.BuildReady || st.Build.Status == store.BuildError {
-			return st
-		}
-		time.Sleep(100 * time.Millisecond)
+		return st.Build.Status == store.BuildReady || st.Build.Status == store.BuildError
+	})
+	if !ended {
+		e.t.Fatalf("build %s did not end", buildID)
 	}
-	e.t.Fatalf("build %s did not end", buildID)
-	return Status{}
+	return st
 }
 
 // messages joins a build's log.
@@ -369,18 +369,18 @@ func TestBuildStepFillingItsDisk(t *testing.T) {
 // kernel detaches an auto-clearing one as its file system goes: allow it
 // a moment.
 func loopsBackedBy(dir string) []string {
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var out []string
+	var out []string
+	poll.Within(3*time.Second, 20*time.Millisecond, func() bool {
+		out = nil
 		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 		for _, f := range files {
 			if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(string(b), dir+"/") {
 				out = append(out, f+": "+strings.TrimSpace(string(b)))
 			}
 		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			return out
-		}
-	}
+		return len(out) == 0
+	})
+	return out
 }
 
 func TestDeleteCancelsARunningBuild(t *testing.T) {
@@ -393,14 +393,8 @@ func TestDeleteCancelsARunningBuild(t *testing.T) {
 	if err := e.b.StartBuild(ctx, "t1", c.Template.ID, c.BuildID, buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "RUN", Args: []string{"sleep 600"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
-		if strings.Contains(e.messages(c.BuildID), "RUN sleep") {
-			break
-		}
-		if i > 200 {
-			t.Fatal("the build did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Within(10*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(e.messages(c.BuildID), "RUN sleep") }) {
+		t.Fatal("the build did not start")
 	}
 	time.Sleep(500 * time.Millisecond) // the sandbox is up
 	if err := e.b.Delete(ctx, "t1", "slow"); err != nil {

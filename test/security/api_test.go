@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -303,8 +304,7 @@ func killSandbox(t *testing.T, sb *sandbox) {
 // processes carry its ID.
 func (v *server) sandboxLeftovers(sb *sandbox) []string {
 	var left []string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Within(15*time.Second, 200*time.Millisecond, func() bool {
 		left = left[:0]
 		if ms := mountsContaining(sb.ID); len(ms) > 0 {
 			left = append(left, fmt.Sprintf("mounts %v", ms))
@@ -328,11 +328,9 @@ func (v *server) sandboxLeftovers(sb *sandbox) []string {
 		if exists(filepath.Join(v.dataDir, "sandboxes", sb.ID)) {
 			left = append(left, "root filesystem dir sandboxes/"+sb.ID)
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
+	return left
 }
 
 // slotReused tells whether another live sandbox now has sb's slot (slots

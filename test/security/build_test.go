@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/templateclient"
 )
 
@@ -196,8 +197,7 @@ func (rb *rawBuild) wait(t *testing.T) built {
 	t.Helper()
 	b := built{TemplateID: rb.TemplateID, BuildID: rb.BuildID}
 	offset := 0
-	deadline := time.Now().Add(4 * time.Minute)
-	for time.Now().Before(deadline) {
+	ended := poll.Within(4*time.Minute, 150*time.Millisecond, func() bool {
 		r, err := S.srv.call(context.Background(), rb.tm, "GET",
 			"/templates/"+rb.TemplateID+"/builds/"+rb.BuildID+"/status?logsOffset="+strconv.Itoa(offset), nil)
 		if err != nil {
@@ -233,11 +233,13 @@ func (rb *rawBuild) wait(t *testing.T) built {
 				}
 				b.Err = errors.New(msg)
 			}
-			return b
+			return true
 		}
-		time.Sleep(150 * time.Millisecond)
+		return false
+	})
+	if !ended {
+		t.Fatalf("build %s did not end within 4 minutes", rb.BuildID)
 	}
-	t.Fatalf("build %s did not end within 4 minutes", rb.BuildID)
 	return b
 }
 

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/warren-sandbox/warren/internal/envdinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
@@ -148,12 +149,12 @@ func nodeHealthy(t *testing.T) {
 // failed create or build left. Builds must have ended.
 func (s *suite) strays() []string {
 	var out []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Within(10*time.Second, 250*time.Millisecond, func() bool {
 		out = out[:0]
 		live := s.liveSandboxes()
 		if live == nil {
-			return []string{"cannot read the live sandboxes from the store"}
+			out = append(out, "cannot read the live sandboxes from the store")
+			return true
 		}
 		ents, _ := os.ReadDir(filepath.Join(s.srv.dataDir, "sandboxes"))
 		for _, e := range ents {
@@ -166,11 +167,9 @@ func (s *suite) strays() []string {
 				out = append(out, "stray cgroup "+filepath.Join(s.srv.cgroupParent, cg))
 			}
 		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(out) == 0
+	})
+	return out
 }
 
 // liveSandboxes are the IDs of sandboxes the store has running, paused or

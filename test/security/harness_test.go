@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"golang.org/x/sys/unix"
 )
 
@@ -326,27 +327,30 @@ func (v *server) run(s *suite) error {
 	go func() { v.cmd.Wait(); close(v.exited) }()
 	v.apiURL = fmt.Sprintf("http://127.0.0.1:%d", v.apiPort)
 	v.proxyURL = fmt.Sprintf("http://127.0.0.1:%d", v.proxyPort)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var exited, healthy bool
+	poll.Within(90*time.Second, 50*time.Millisecond, func() bool {
 		select {
 		case <-v.exited:
-			v.cmd = nil
-			return fmt.Errorf("warren serve exited during start (%v):\n%s", v.args, v.logTail(4096))
+			exited = true
+			return true
 		default:
 		}
 		res, err := http.Get(v.apiURL + "/health")
 		if err == nil {
 			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
+			healthy = res.StatusCode == http.StatusOK
 		}
-		if time.Now().After(deadline) {
-			v.stop()
-			return fmt.Errorf("warren serve did not answer /health within 90s:\n%s", v.logTail(4096))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return healthy
+	})
+	switch {
+	case exited:
+		v.cmd = nil
+		return fmt.Errorf("warren serve exited during start (%v):\n%s", v.args, v.logTail(4096))
+	case healthy:
+		return nil
 	}
+	v.stop()
+	return fmt.Errorf("warren serve did not answer /health within 90s:\n%s", v.logTail(4096))
 }
 
 // stop ends the server with SIGTERM (SIGKILL after 20s). Sandboxes keep
@@ -492,8 +496,7 @@ func (v *server) freeMB() int64 {
 // below its parent, runsc processes of its run dir.
 func (v *server) leftovers() error {
 	var found []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Within(10*time.Second, 200*time.Millisecond, func() bool {
 		found = found[:0]
 		if ms := mountsBelow(v.dataDir + "/"); len(ms) > 0 {
 			found = append(found, fmt.Sprintf("mounts %v", ms))
@@ -510,11 +513,8 @@ func (v *server) leftovers() error {
 		if ps := processesMatching(v.runDir + "/"); len(ps) > 0 {
 			found = append(found, fmt.Sprintf("processes %v", ps))
 		}
-		if len(found) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(found) == 0
+	})
 	if len(found) > 0 {
 		return fmt.Errorf("left behind by warren serve: %s", strings.Join(found, "; "))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envdinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
 )
 
 // proxyGet sends GET path to the sandbox proxy with the given Host and
@@ -163,12 +164,8 @@ func TestProxyResumesPausedSandboxBeforeTokenCheck(t *testing.T) {
 		r.decode(&d)
 		return d.State
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for state() != "paused" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox did not pause after its timeout: %s", state())
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !poll.Within(20*time.Second, 200*time.Millisecond, func() bool { return state() == "paused" }) {
+		t.Fatalf("the sandbox did not pause after its timeout: %s", state())
 	}
 	r := proxyGet(t, host(8000, sb.ID), "/")
 	if r.Status != http.StatusForbidden {
@@ -185,18 +182,16 @@ func TestPausedSandboxIsReaped(t *testing.T) {
 	requireFlag(t, "paused-retention", "paused sandboxes never reaped")
 	afterCase(t)
 	sb := mustCreate(t, S.teamA, createOpts{AutoPause: true, Timeout: 1})
-	deadline := time.Now().Add(pausedRetention + 30*time.Second)
-	for {
-		r, err := S.srv.call(context.Background(), S.teamA, "GET", "/sandboxes/"+sb.ID, nil)
-		if err != nil {
+	var r apiResponse
+	gone := poll.Within(pausedRetention+30*time.Second, 500*time.Millisecond, func() bool {
+		var err error
+		if r, err = S.srv.call(context.Background(), S.teamA, "GET", "/sandboxes/"+sb.ID, nil); err != nil {
 			t.Fatal(err)
 		}
-		if r.Status == http.StatusNotFound {
-			return // killSandbox checks that nothing of it is left
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the paused sandbox is still there %s after its timeout (retention %s): %s", pausedRetention+30*time.Second, pausedRetention, r)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return r.Status == http.StatusNotFound
+	})
+	if !gone {
+		t.Fatalf("the paused sandbox is still there %s after its timeout (retention %s): %s", pausedRetention+30*time.Second, pausedRetention, r)
 	}
+	// killSandbox checks that nothing of it is left.
 }

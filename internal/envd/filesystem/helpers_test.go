@@ -159,18 +159,6 @@ func inotifyFDs(t *testing.T) int {
 	return n
 }
 
-// eventually polls cond for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
 // settledGoroutines is runtime.NumGoroutine once it stops falling (idle
 // connections and finished handlers wind down asynchronously).
 func settledGoroutines() int {

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/poll"
 	pb "github.com/warren-sandbox/warren/proto/envd/filesystem"
 )
 
@@ -33,7 +34,7 @@ func TestPolledWatcherLifecycle(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
 	writeFile(t, filepath.Join(dir, "d", "a"), "x")
 	var evs []*pb.FilesystemEvent
-	if !eventually(5*time.Second, func() bool {
+	if !poll.Within(5*time.Second, 20*time.Millisecond, func() bool {
 		evs = append(evs, get()...)
 		return count(evs, "d/a", evCreate) > 0
 	}) {
@@ -160,12 +161,12 @@ func TestCancelledWatchLeaksNothing(t *testing.T) {
 		cancel()
 		s.Close()
 	}
-	if !eventually(5*time.Second, func() bool { return inotifyFDs(t) == inotify }) {
+	if !poll.Within(5*time.Second, 20*time.Millisecond, func() bool { return inotifyFDs(t) == inotify }) {
 		t.Errorf("inotify instances: %d before, %d after %d cancelled watches", inotify, inotifyFDs(t), n)
 	}
 	env.srv.CloseClientConnections()
 	var now int
-	if !eventually(5*time.Second, func() bool { now = settledGoroutines(); return now <= goroutines+2 }) {
+	if !poll.Within(5*time.Second, 20*time.Millisecond, func() bool { now = settledGoroutines(); return now <= goroutines+2 }) {
 		t.Errorf("goroutines: %d before, %d after %d cancelled watches", goroutines, now, n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/poll"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
@@ -131,22 +132,19 @@ func TestProcessDoesNotWaitForItsClient(t *testing.T) {
 	stalled, pid := startWaiting(t, ctx, smallWindowClient(srv.URL), fastOutput)
 	defer stalled.Close()
 	sendLine(t, ctx, c, pid)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	ended := poll.Within(10*time.Second, 50*time.Millisecond, func() bool {
 		res, err := c.List(ctx, connect.NewRequest(&pb.ListRequest{}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		running := false
 		for _, p := range res.Msg.GetProcesses() {
-			running = running || p.GetPid() == pid
+			if p.GetPid() == pid {
+				return false
+			}
 		}
-		if !running {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the process is still running: it blocks on its stalled client")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	})
+	if !ended {
+		t.Fatal("the process is still running: it blocks on its stalled client")
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envd/reaper"
 	"github.com/warren-sandbox/warren/internal/envd/settings"
+	"github.com/warren-sandbox/warren/internal/poll"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
@@ -391,12 +392,11 @@ func TestOrphansAreReaped(t *testing.T) {
 // waitGone waits until pid no longer exists (not even as a zombie).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if poll.Within(5*time.Second, 20*time.Millisecond, func() bool {
+		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		return errors.Is(err, os.ErrNotExist)
+	}) {
+		return
 	}
 	state, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	t.Errorf("pid %d still exists: %s", pid, state)
