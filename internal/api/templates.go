@@ -16,7 +16,7 @@ import (
 
 // The template endpoints: POST /v3/templates, file uploads, build start
 // and status, the Dockerfile rebuild, and listing, aliases and tags. What
-// a build does is internal/build's.
+// a build does is internal/template's.
 
 // failTemplate maps the builder's errors to statuses.
 func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error) {

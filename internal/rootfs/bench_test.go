@@ -14,7 +14,7 @@ import (
 // BenchmarkMountOverlay times Mount (Unmount is timed separately) with no
 // disk limit and with limits of several sizes.
 //
-//	go test -run '^$' -bench . -benchtime 200x ./internal/image
+//	go test -run '^$' -bench . -benchtime 200x ./internal/rootfs
 func BenchmarkMountOverlay(b *testing.B) {
 	s, layer := tinyStore(b)
 	for _, mb := range []int{0, 64, 1024, 10240} {

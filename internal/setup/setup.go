@@ -7,7 +7,7 @@
 // 0700 and owned by root: see SecureDataDir):
 //
 //	bin/runsc, bin/runsc.version   the pinned, static runsc (internal/runtime)
-//	layers/, templates/ ...        the base template (internal/image)
+//	layers/, templates/ ...        the base template (internal/baseimage, in internal/image)
 //
 // Every step checks first and does nothing when its result is already in
 // place, so a second run takes well under a second. Each step is also safe

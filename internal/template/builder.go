@@ -1,10 +1,15 @@
-// Package build turns build requests into templates: it keeps templates'
-// records (names, tags, builds, build logs) and runs builds.
+// Package template is the template service: it turns build requests into
+// templates, keeps templates' records (names, tags, aliases, builds, build
+// logs) and the files uploaded for them, and runs builds: each step in a
+// build sandbox of the node, with a per-team layer cache, and the start
+// command snapshotted. What a build is made of is internal/buildspec's; a
+// Dockerfile is translated by internal/dockerfile; the base comes from
+// internal/baseimage or internal/oci.
 //
 // # Terms
 //
 // A template is what users name and start sandboxes from. Each build of
-// it is a Spec (a base, then steps: COPY, RUN, WORKDIR, USER, ENV; then an
+// it is a buildspec.Spec (a base, then steps: COPY, RUN, WORKDIR, USER, ENV; then an
 // optional start and ready command) that, once ready, is an image.Template
 // named by the build ID: read-only layers plus the defaults of its
 // sandboxes. Tags point a template's names at builds ("name" means the tag

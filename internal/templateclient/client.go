@@ -1,4 +1,4 @@
-// Package buildclient builds a template from a Dockerfile and a context
+// Package templateclient builds a template from a Dockerfile and a context
 // directory through the platform's REST API. It is what `warren template
 // build` uses, and it speaks the same API, in the same order, as the E2B
 // SDK's Template.build: create the build (POST /v3/templates), upload the

@@ -105,7 +105,7 @@ func TestCrossTeamCachePoisoningThroughFilesHash(t *testing.T) {
 
 // victimSpec returns the build request (POST /v2/templates/…/builds/…)
 // that the SDK's call sequence sends for dockerfile and files, by running
-// internal/buildclient against a stand-in server that records it.
+// internal/templateclient against a stand-in server that records it.
 func victimSpec(t *testing.T, dockerfile string, files map[string]string) map[string]any {
 	t.Helper()
 	var spec map[string]any

@@ -15,7 +15,7 @@
 //
 // The tests drive the server as an attacker would: the REST API over
 // net/http, template builds in the SDK's call sequence
-// (internal/buildclient, or by hand where the attack is in the wire
+// (internal/templateclient, or by hand where the attack is in the wire
 // format), and envd's Connect RPC through the sandbox proxy with the
 // generated clients. Network probes go only to test hosts in network
 // namespaces the suite creates (a private-range host, a stand-in metadata
