@@ -43,7 +43,7 @@ func buildDebian(ctx context.Context, dir string, opts Options, step image.StepF
 	}
 	step("debootstrap --variant=minbase %s from %s", debianSuite, mirror)
 	if err := run(ctx, progress, nil, "debootstrap", "--variant=minbase", debianSuite, dir, mirror); err != nil {
-		return fmt.Errorf("image: debootstrap: %w", err)
+		return fmt.Errorf("baseimage: debootstrap: %w", err)
 	}
 
 	// The build resolves names with the host's resolver; the file is
@@ -63,20 +63,20 @@ func buildDebian(ctx context.Context, dir string, opts Options, step image.StepF
 
 	step("apt-get install %s", strings.Join(basePackages, " "))
 	if err := chroot("apt-get", "update", "-q"); err != nil {
-		return fmt.Errorf("image: apt-get update in the base: %w", err)
+		return fmt.Errorf("baseimage: apt-get update in the base: %w", err)
 	}
 	install := append([]string{"apt-get", "install", "-y", "-q", "--no-install-recommends"}, basePackages...)
 	if err := chroot(install...); err != nil {
-		return fmt.Errorf("image: installing packages in the base: %w", err)
+		return fmt.Errorf("baseimage: installing packages in the base: %w", err)
 	}
 
 	step("adding user 'user' (uid 1000) with passwordless sudo")
 	if err := chroot("groupadd", "--gid", "1000", "user"); err != nil {
-		return fmt.Errorf("image: groupadd: %w", err)
+		return fmt.Errorf("baseimage: groupadd: %w", err)
 	}
 	if err := chroot("useradd", "--create-home", "--home-dir", "/home/user", "--uid", "1000", "--gid", "1000",
 		"--shell", "/bin/bash", "user"); err != nil {
-		return fmt.Errorf("image: useradd: %w", err)
+		return fmt.Errorf("baseimage: useradd: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "etc/sudoers.d/user"), []byte("user ALL=(ALL:ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
 		return err
@@ -139,10 +139,10 @@ func ensureDebootstrap(ctx context.Context, step image.StepFunc, progress io.Wri
 	}
 	// Perhaps the package lists are missing or stale.
 	if err := run(ctx, progress, nil, "apt-get", "update", "-q"); err != nil {
-		return fmt.Errorf("image: apt-get update: %w", err)
+		return fmt.Errorf("baseimage: apt-get update: %w", err)
 	}
 	if err := run(ctx, progress, nil, "apt-get", install...); err != nil {
-		return fmt.Errorf("image: installing debootstrap: %w", err)
+		return fmt.Errorf("baseimage: installing debootstrap: %w", err)
 	}
 	return nil
 }

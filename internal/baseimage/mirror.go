@@ -28,7 +28,7 @@ func aptMirror() (string, error) {
 			return m, nil
 		}
 	}
-	return "", errors.New("image: no Debian mirror found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list; pass one (--mirror)")
+	return "", errors.New("baseimage: no Debian mirror found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list; pass one (--mirror)")
 }
 
 // mirrorFromDeb822 picks the first URI of the first enabled "deb" stanza

@@ -27,7 +27,7 @@ func RemoveTree(dir string) error {
 		}
 	}
 	if left, err := Below(dir); err != nil || len(left) > 0 {
-		return fmt.Errorf("image: %s still has mounts %v (%v)", dir, left, err)
+		return fmt.Errorf("mountinfo: %s still has mounts %v (%v)", dir, left, err)
 	}
 	return os.RemoveAll(dir)
 }
@@ -42,11 +42,11 @@ func Unmount(m string) error {
 		return nil // unmounted, or not a mount point
 	case errors.Is(err, unix.EBUSY):
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("image: detaching %s: %w", m, err)
+			return fmt.Errorf("mountinfo: detaching %s: %w", m, err)
 		}
 		return nil
 	default:
-		return fmt.Errorf("image: unmounting %s: %w", m, err)
+		return fmt.Errorf("mountinfo: unmounting %s: %w", m, err)
 	}
 }
 

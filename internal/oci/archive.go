@@ -36,12 +36,12 @@ type imageArchive struct {
 func openArchive(p string) (*imageArchive, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return nil, fmt.Errorf("oci: %w", err)
 	}
 	defer f.Close()
 	magic := make([]byte, 2)
 	if _, err := io.ReadFull(f, magic); err != nil {
-		return nil, fmt.Errorf("image: %s is not an image archive: %w", p, err)
+		return nil, fmt.Errorf("oci: %s is not an image archive: %w", p, err)
 	}
 	return &imageArchive{path: p, gz: magic[0] == 0x1f && magic[1] == 0x8b}, nil
 }

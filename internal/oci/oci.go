@@ -117,7 +117,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opts PullOptions) (*i
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return nil, fmt.Errorf("image: invalid image reference %q: %w", ref, err)
+		return nil, fmt.Errorf("oci: invalid image reference %q: %w", ref, err)
 	}
 	norm := familiarName(r)
 	src, err := mirrored(r, opts.Mirror)
@@ -143,7 +143,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opts PullOptions) (*i
 	}
 	fail := func(err error) error {
 		if ctx.Err() != nil {
-			return fmt.Errorf("image: pulling %s: %w", norm, ctx.Err())
+			return fmt.Errorf("oci: pulling %s: %w", norm, ctx.Err())
 		}
 		return pullError(norm, registry, opts.Username, err)
 	}
@@ -161,7 +161,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opts PullOptions) (*i
 	img, err := desc.Image()
 	if err != nil {
 		if desc.MediaType.IsIndex() {
-			return nil, fmt.Errorf("image: %s has no image for %s/%s: %w", norm, pullPlatform.OS, pullPlatform.Architecture, err)
+			return nil, fmt.Errorf("oci: %s has no image for %s/%s: %w", norm, pullPlatform.OS, pullPlatform.Architecture, err)
 		}
 		return nil, fail(err)
 	}
@@ -174,7 +174,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opts PullOptions) (*i
 	if err != nil {
 		var le *layerError
 		if errors.As(err, &le) {
-			return nil, fmt.Errorf("image: pulling %s: %w", norm, err)
+			return nil, fmt.Errorf("oci: pulling %s: %w", norm, err)
 		}
 		return nil, fail(err)
 	}
@@ -202,11 +202,11 @@ func Import(ctx context.Context, s *image.Store, name, archivePath string) (*ima
 	}
 	img, err := a.image(norm)
 	if err != nil {
-		return nil, fmt.Errorf("image: importing %s from %s: %w", norm, archivePath, err)
+		return nil, fmt.Errorf("oci: importing %s from %s: %w", norm, archivePath, err)
 	}
 	t, err := unpackImage(ctx, s, img, nil, false)
 	if err != nil {
-		return nil, fmt.Errorf("image: importing %s from %s: %w", norm, archivePath, err)
+		return nil, fmt.Errorf("oci: importing %s from %s: %w", norm, archivePath, err)
 	}
 	t.ID = importedTemplateID(norm)
 	t.Recipe = norm
@@ -226,7 +226,7 @@ func ImportedImage(s *image.Store, name string) (*image.Template, error) {
 	}
 	t, err := s.Template(importedTemplateID(norm))
 	if errors.Is(err, image.ErrNotFound) {
-		return nil, fmt.Errorf("image: no imported image %s: %w", norm, image.ErrNotFound)
+		return nil, fmt.Errorf("oci: no imported image %s: %w", norm, image.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -234,10 +234,10 @@ func ImportedImage(s *image.Store, name string) (*image.Template, error) {
 	if t.Recipe != norm {
 		// Another name with the same truncated hash: never in practice,
 		// but a wrong image would be worse than none.
-		return nil, fmt.Errorf("image: no imported image %s (its template holds %s): %w", norm, t.Recipe, image.ErrNotFound)
+		return nil, fmt.Errorf("oci: no imported image %s (its template holds %s): %w", norm, t.Recipe, image.ErrNotFound)
 	}
 	if _, err := s.LayerDirs(t); err != nil {
-		return nil, fmt.Errorf("image: imported image %s is incomplete, import it again: %w", norm, err)
+		return nil, fmt.Errorf("oci: imported image %s is incomplete, import it again: %w", norm, err)
 	}
 	return t, nil
 }
@@ -257,7 +257,7 @@ func importedTemplateID(norm string) string {
 func normaliseImageName(n string) (string, error) {
 	r, err := name.ParseReference(n)
 	if err != nil {
-		return "", fmt.Errorf("image: invalid image name %q: %w", n, err)
+		return "", fmt.Errorf("oci: invalid image name %q: %w", n, err)
 	}
 	return familiarName(r), nil
 }
@@ -296,7 +296,7 @@ func mirrored(r name.Reference, mirror string) (name.Reference, error) {
 		host = strings.TrimPrefix(host, "https://")
 	}
 	if host == "" || strings.Contains(host, "/") {
-		return nil, fmt.Errorf("image: registry mirror %q must be host:port or http://host:port", mirror)
+		return nil, fmt.Errorf("oci: registry mirror %q must be host:port or http://host:port", mirror)
 	}
 	repo := host + "/" + r.Context().RepositoryStr()
 	var (
@@ -309,7 +309,7 @@ func mirrored(r name.Reference, mirror string) (name.Reference, error) {
 		out, err = name.NewTag(repo+":"+r.Identifier(), opts...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("image: registry mirror %q: %w", mirror, err)
+		return nil, fmt.Errorf("oci: registry mirror %q: %w", mirror, err)
 	}
 	return out, nil
 }
@@ -351,38 +351,38 @@ func unreachable(err error) bool {
 func pullError(image, registry, user string, err error) error {
 	var refused *RegistryRefusedError
 	if errors.As(err, &refused) {
-		return fmt.Errorf("image: pulling %s: %w", image, refused)
+		return fmt.Errorf("oci: pulling %s: %w", image, refused)
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		if terr.Request != nil && terr.Request.URL.Path == "/v2/" && terr.StatusCode != http.StatusUnauthorized {
-			return fmt.Errorf("image: %s does not look like a container registry (GET /v2/ failed): %w", registry, err)
+			return fmt.Errorf("oci: %s does not look like a container registry (GET /v2/ failed): %w", registry, err)
 		}
 		switch terr.StatusCode {
 		case http.StatusUnauthorized:
 			if user == "" {
-				return fmt.Errorf("image: registry %s refused anonymous access to %s: authentication required (the image may be private, or may not exist); give a username and password: %w", registry, image, err)
+				return fmt.Errorf("oci: registry %s refused anonymous access to %s: authentication required (the image may be private, or may not exist); give a username and password: %w", registry, image, err)
 			}
-			return fmt.Errorf("image: authentication to registry %s as %q failed (wrong username or password?): %w", registry, user, err)
+			return fmt.Errorf("oci: authentication to registry %s as %q failed (wrong username or password?): %w", registry, user, err)
 		case http.StatusForbidden:
 			who := "anonymously"
 			if user != "" {
 				who = fmt.Sprintf("authenticated as %q", user)
 			}
-			return fmt.Errorf("image: registry %s denied access to %s (%s): %w", registry, image, who, err)
+			return fmt.Errorf("oci: registry %s denied access to %s (%s): %w", registry, image, who, err)
 		case http.StatusNotFound:
 			for _, d := range terr.Errors {
 				if d.Code == transport.NameUnknownErrorCode {
-					return fmt.Errorf("image: %s not found: registry %s has no such repository: %w", image, registry, err)
+					return fmt.Errorf("oci: %s not found: registry %s has no such repository: %w", image, registry, err)
 				}
 			}
-			return fmt.Errorf("image: %s not found on registry %s (unknown tag or digest): %w", image, registry, err)
+			return fmt.Errorf("oci: %s not found on registry %s (unknown tag or digest): %w", image, registry, err)
 		case http.StatusTooManyRequests:
-			return fmt.Errorf("image: registry %s is rate-limiting this machine (for Docker Hub: log in, or use a registry mirror): %w", registry, err)
+			return fmt.Errorf("oci: registry %s is rate-limiting this machine (for Docker Hub: log in, or use a registry mirror): %w", registry, err)
 		}
 	}
 	if unreachable(err) {
-		return fmt.Errorf("image: cannot reach registry %s: %w; this machine may be offline: import the image with `warren image import %s ARCHIVE`, or start warren with --registry-mirror", registry, err, image)
+		return fmt.Errorf("oci: cannot reach registry %s: %w; this machine may be offline: import the image with `warren image import %s ARCHIVE`, or start warren with --registry-mirror", registry, err, image)
 	}
-	return fmt.Errorf("image: pulling %s from %s: %w", image, registry, err)
+	return fmt.Errorf("oci: pulling %s from %s: %w", image, registry, err)
 }

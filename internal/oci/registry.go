@@ -115,7 +115,7 @@ func newRegistryPolicy(insecure []string, mirror string) (*registryPolicy, error
 	for _, n := range names {
 		host, port, err := ParseRegistryHost(n)
 		if err != nil {
-			return nil, fmt.Errorf("image: %w", err)
+			return nil, fmt.Errorf("oci: %w", err)
 		}
 		p.allowed = append(p.allowed, allowedRegistry{host, port})
 	}

@@ -69,7 +69,7 @@ func (m *Manager) clearLoops(isKnown func(string) bool) error {
 			continue
 		}
 		if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-			errs = append(errs, fmt.Errorf("image: detaching %s (%s): %w", dev, backing, err))
+			errs = append(errs, fmt.Errorf("rootfs: detaching %s (%s): %w", dev, backing, err))
 		}
 		f.Close()
 	}

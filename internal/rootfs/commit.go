@@ -58,7 +58,7 @@ func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 		}
 	}()
 	if !image.ValidID(layerID) {
-		return fmt.Errorf("image: invalid layer id %q", layerID)
+		return fmt.Errorf("rootfs: invalid layer id %q", layerID)
 	}
 	// Unmounted first: the upper dir must not change while it is copied,
 	// and it is the upper dir, not the merged view, that is the layer.
@@ -86,7 +86,7 @@ func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 	// Held until the layer is renamed into place or removed: Cleanup
 	// leaves a locked temporary dir alone.
 	if err := unix.Flock(int(dst.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("image: locking %s: %w", tmp, err)
+		return fmt.Errorf("rootfs: locking %s: %w", tmp, err)
 	}
 	src, err := os.OpenFile(r.upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -101,10 +101,10 @@ func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 	// The root's own attributes last: until then it stays 0700, so no
 	// other user reaches into the tree while it is made.
 	if err := c.copyDir(src, dst, "", 0); err != nil {
-		return fmt.Errorf("image: committing layer %s: %w", layerID, err)
+		return fmt.Errorf("rootfs: committing layer %s: %w", layerID, err)
 	}
 	if err := c.setAttrs(int(src.Fd()), int(dst.Fd()), &st); err != nil {
-		return fmt.Errorf("image: committing layer %s: %w", layerID, err)
+		return fmt.Errorf("rootfs: committing layer %s: %w", layerID, err)
 	}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, times(&st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err

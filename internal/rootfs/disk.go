@@ -65,7 +65,7 @@ func formatDisk(ctx context.Context, img string) error {
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("image: mkfs.ext4: %v: %s", err, out)
+		return fmt.Errorf("rootfs: mkfs.ext4: %v: %s", err, out)
 	}
 	return nil
 }
@@ -154,7 +154,7 @@ func attachLoop(f *os.File) (*os.File, error) {
 	for attempt := 0; attempt < attempts; attempt++ {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return nil, fmt.Errorf("image: finding a free loop device: %w", err)
+			return nil, fmt.Errorf("rootfs: finding a free loop device: %w", err)
 		}
 		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR, 0)
 		if err != nil {
@@ -169,12 +169,12 @@ func attachLoop(f *os.File) (*os.File, error) {
 		}
 		dev.Close()
 		if !errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("image: configuring loop device: %w", err)
+			return nil, fmt.Errorf("rootfs: configuring loop device: %w", err)
 		}
 		// Another process took it between GET_FREE and CONFIGURE: retry.
 		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
-	return nil, fmt.Errorf("image: no free loop device after %d attempts", attempts)
+	return nil, fmt.Errorf("rootfs: no free loop device after %d attempts", attempts)
 }
 
 var loopMu sync.Mutex

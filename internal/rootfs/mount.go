@@ -46,24 +46,24 @@ func (r *Root) LogPath() string { return filepath.Join(filepath.Dir(r.upper), "e
 // On failure nothing of it is left.
 func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (_ *Root, err error) {
 	if !idPattern.MatchString(id) {
-		return nil, fmt.Errorf("image: invalid sandbox id %q", id)
+		return nil, fmt.Errorf("rootfs: invalid sandbox id %q", id)
 	}
 	if len(layers) == 0 {
-		return nil, errors.New("image: a root filesystem needs at least one layer")
+		return nil, errors.New("rootfs: a root filesystem needs at least one layer")
 	}
 	for _, l := range layers {
 		// overlayfs separates lower dirs with ':' and options with ','.
 		if !filepath.IsAbs(l) || strings.ContainsAny(l, ":,") {
-			return nil, fmt.Errorf("image: layer path %q must be absolute, without ':' or ','", l)
+			return nil, fmt.Errorf("rootfs: layer path %q must be absolute, without ':' or ','", l)
 		}
 	}
 	if diskSizeMB < 0 {
-		return nil, fmt.Errorf("image: diskSizeMB %d is negative", diskSizeMB)
+		return nil, fmt.Errorf("rootfs: diskSizeMB %d is negative", diskSizeMB)
 	}
 	dir := m.sandboxDir(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("image: sandbox %s already has a root filesystem", id)
+			return nil, fmt.Errorf("rootfs: sandbox %s already has a root filesystem", id)
 		}
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSiz
 	// sandbox dir too; device access inside a runc sandbox is bounded by
 	// its device cgroup.
 	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
-		return nil, fmt.Errorf("image: mounting the overlay for %s: %w", id, err)
+		return nil, fmt.Errorf("rootfs: mounting the overlay for %s: %w", id, err)
 	}
 	return r, nil
 }
@@ -115,7 +115,7 @@ func (m *Manager) mountDisk(ctx context.Context, img, target string, sizeMB int)
 	}
 	f, err := copySparse(tmpl, img)
 	if err != nil {
-		return fmt.Errorf("image: copying the disk image: %w", err)
+		return fmt.Errorf("rootfs: copying the disk image: %w", err)
 	}
 	defer f.Close()
 	loop, err := attachLoop(f)
@@ -133,7 +133,7 @@ func (m *Manager) mountDisk(ctx context.Context, img, target string, sizeMB int)
 	// (the sandbox reaches them through the overlay, whose own mount
 	// decides).
 	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOATIME|unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable"); err != nil {
-		return fmt.Errorf("image: mounting %s: %w", loop.Name(), err)
+		return fmt.Errorf("rootfs: mounting %s: %w", loop.Name(), err)
 	}
 	return nil
 }
@@ -153,7 +153,7 @@ func removeSandbox(dir string) error {
 		}
 	}
 	if err := mountinfo.RemoveTree(dir); err != nil {
-		return fmt.Errorf("image: removing %s: %w", dir, err)
+		return fmt.Errorf("rootfs: removing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 // if it is missing.
 func Open(dataDir string) (*Manager, error) {
 	if !filepath.IsAbs(dataDir) {
-		return nil, fmt.Errorf("image: data dir %q is not absolute", dataDir)
+		return nil, fmt.Errorf("rootfs: data dir %q is not absolute", dataDir)
 	}
 	for _, d := range []string{"disks", "sandboxes"} {
 		if err := os.MkdirAll(filepath.Join(dataDir, d), 0o700); err != nil {

@@ -138,7 +138,7 @@ type Builder struct {
 // New returns a Builder; call Start before serving.
 func New(cfg Config) (*Builder, error) {
 	if cfg.Store == nil || cfg.Images == nil || cfg.Node == nil {
-		return nil, errors.New("build: Store, Images and Node are required")
+		return nil, errors.New("template: Store, Images and Node are required")
 	}
 	if cfg.NodeName == "" {
 		cfg.NodeName = "local"

@@ -78,10 +78,10 @@ func loadUploadKey(dataDir string) ([]byte, error) {
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("build: writing the upload signing key: %w", err)
+		return nil, fmt.Errorf("template: writing the upload signing key: %w", err)
 	}
 	if err := os.Link(f.Name(), p); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("build: keeping the upload signing key: %w", err)
+		return nil, fmt.Errorf("template: keeping the upload signing key: %w", err)
 	}
 	return readUploadKey(p)
 }
@@ -97,17 +97,17 @@ func readUploadKey(p string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("build: the upload signing key %s is not a regular file", p)
+		return nil, fmt.Errorf("template: the upload signing key %s is not a regular file", p)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		if err := f.Chmod(0o600); err != nil {
-			return nil, fmt.Errorf("build: the upload signing key %s is readable by others and cannot be made private: %w", p, err)
+			return nil, fmt.Errorf("template: the upload signing key %s is readable by others and cannot be made private: %w", p, err)
 		}
 	}
 	key := make([]byte, uploadKeySize+1)
 	n, err := io.ReadFull(f, key)
 	if n != uploadKeySize || !errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, fmt.Errorf("build: the upload signing key %s is damaged (%d bytes, want %d): remove it, and a new one is made (upload URLs handed out so far stop working)", p, n, uploadKeySize)
+		return nil, fmt.Errorf("template: the upload signing key %s is damaged (%d bytes, want %d): remove it, and a new one is made (upload URLs handed out so far stop working)", p, n, uploadKeySize)
 	}
 	return key[:n], nil
 }
