@@ -101,71 +101,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
 	}
 
-	images, err := image.Open(cfg.DataDir)
+	images, err := openImages(cfg)
 	if err != nil {
 		return err
 	}
-	// An image pull stops at the disk reserve as creates and builds do.
-	images.GuardSpace(func() error {
-		free, err := hostres.FreeMB(cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		if free < cfg.DiskReserveMB {
-			return fmt.Errorf("the data dir's file system has %d MB free, less than its reserve (--disk-reserve-mb %d): the image is too large for this node", free, cfg.DiskReserveMB)
-		}
-		return nil
-	})
-	if _, err := images.Template(baseimage.TemplateID); err != nil {
-		return fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", cfg.DataDir, cfg.DataDir, err)
-	}
-	envd := cfg.Envd
-	if envd == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		envd = filepath.Join(filepath.Dir(exe), "envd")
-	}
-	if _, err := os.Stat(envd); err != nil {
-		return fmt.Errorf("envd: %w (build it with `make build`, or give --envd)", err)
-	}
-	rtCfg := runtime.Config{StateDir: filepath.Join(cfg.RunDir, cfg.Runtime), CgroupParent: cfg.CgroupParent}
-	if cfg.Runtime == "runsc" {
-		rtCfg.Binary = setup.RunscPath(cfg.DataDir)
-	}
-	rt, err := runtime.New(cfg.Runtime, rtCfg)
+	envd, err := findEnvd(cfg.Envd)
 	if err != nil {
 		return err
 	}
-	cidr, err := netip.ParsePrefix(cfg.NetworkCIDR)
-	if err != nil {
-		return fmt.Errorf("--network-cidr: %w", err)
-	}
-	dns, warnings, err := resolvconf.Load(cfg.ResolvConf)
-	if err != nil {
-		return fmt.Errorf("--resolv-conf: %w", err)
-	}
-	for _, w := range warnings {
-		log.Warn("--resolv-conf: " + w)
-	}
-	resolvConf := filepath.Join(cfg.RunDir, "resolv.conf") // what sandboxes get
-	if err := dns.WriteFile(resolvConf); err != nil {
-		return err
-	}
-	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers})
+	n, nw, err := newNode(cfg, images, envd, log)
 	if err != nil {
 		return err
 	}
 	defer nw.Close()
-	roots, err := rootfs.Open(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
-	if err != nil {
-		return err
-	}
 	if cfg.MaxUploadMB <= 0 {
 		return fmt.Errorf("--max-upload-mb must be positive")
 	}
@@ -221,12 +169,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go func() { errc <- proxySrv.Serve(proxyLn) }()
 	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
 		"runtime", cfg.Runtime, "data_dir", cfg.DataDir)
-	key := fmt.Sprintf("$(sed -n 's/^E2B_API_KEY=//p' %s)", filepath.Join(cfg.DataDir, "credentials"))
-	if creds != nil {
-		key = creds.APIKey
-	}
-	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
-		apiLn.Addr(), proxyLn.Addr(), cfg.Domain, key)
+	printExports(out, cfg, apiLn.Addr(), proxyLn.Addr(), creds)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -241,6 +184,102 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// printExports prints the settings the E2B SDK needs to reach this
+// server; the API key is the first start's, else read from the
+// credentials file.
+func printExports(out io.Writer, cfg Config, apiAddr, proxyAddr net.Addr, creds *auth.Credentials) {
+	key := fmt.Sprintf("$(sed -n 's/^E2B_API_KEY=//p' %s)", filepath.Join(cfg.DataDir, "credentials"))
+	if creds != nil {
+		key = creds.APIKey
+	}
+	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+		apiAddr, proxyAddr, cfg.Domain, key)
+}
+
+// openImages opens the image store, whose pulls stop at the disk reserve,
+// and checks that `warren setup` made the base template.
+func openImages(cfg Config) (*image.Store, error) {
+	images, err := image.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	// An image pull stops at the disk reserve as creates and builds do.
+	images.GuardSpace(func() error {
+		free, err := hostres.FreeMB(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		if free < cfg.DiskReserveMB {
+			return fmt.Errorf("the data dir's file system has %d MB free, less than its reserve (--disk-reserve-mb %d): the image is too large for this node", free, cfg.DiskReserveMB)
+		}
+		return nil
+	})
+	if _, err := images.Template(baseimage.TemplateID); err != nil {
+		return nil, fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", cfg.DataDir, cfg.DataDir, err)
+	}
+	return images, nil
+}
+
+// findEnvd is the static envd binary: path, else envd beside this
+// executable.
+func findEnvd(path string) (string, error) {
+	envd := path
+	if envd == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		envd = filepath.Join(filepath.Dir(exe), "envd")
+	}
+	if _, err := os.Stat(envd); err != nil {
+		return "", fmt.Errorf("envd: %w (build it with `make build`, or give --envd)", err)
+	}
+	return envd, nil
+}
+
+// newNode builds the node: the runtime, the resolvers sandboxes get, the
+// network (closed by the caller) and the root filesystems over images.
+func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*node.Node, *network.Manager, error) {
+	rtCfg := runtime.Config{StateDir: filepath.Join(cfg.RunDir, cfg.Runtime), CgroupParent: cfg.CgroupParent}
+	if cfg.Runtime == "runsc" {
+		rtCfg.Binary = setup.RunscPath(cfg.DataDir)
+	}
+	rt, err := runtime.New(cfg.Runtime, rtCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cidr, err := netip.ParsePrefix(cfg.NetworkCIDR)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--network-cidr: %w", err)
+	}
+	dns, warnings, err := resolvconf.Load(cfg.ResolvConf)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--resolv-conf: %w", err)
+	}
+	for _, w := range warnings {
+		log.Warn("--resolv-conf: " + w)
+	}
+	resolvConf := filepath.Join(cfg.RunDir, "resolv.conf") // what sandboxes get
+	if err := dns.WriteFile(resolvConf); err != nil {
+		return nil, nil, err
+	}
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers})
+	if err != nil {
+		return nil, nil, err
+	}
+	roots, err := rootfs.Open(cfg.DataDir)
+	if err != nil {
+		nw.Close()
+		return nil, nil, err
+	}
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
+	if err != nil {
+		nw.Close()
+		return nil, nil, err
+	}
+	return n, nw, nil
 }
 
 // checkRuntime refuses runc unless insecure is set: a runc sandbox is a
