@@ -242,7 +242,8 @@ func (s *SQL) DeleteKey(ctx context.Context, id string) error {
 
 const sandboxColumns = "id, team_id, template_id, alias, state, started_at, end_at, cpu_count, memory_mb, disk_size_mb, " +
 	"envd_version, envd_access_token, traffic_access_token, metadata, env_vars, allow_internet_access, " +
-	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at, paused_at"
+	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at, paused_at, " +
+	"image, auto_pause_memory, rootfs_dir, checkpoint"
 
 func sandboxArgs(sb *Sandbox) ([]any, error) {
 	meta, err := json.Marshal(orEmpty(sb.Metadata))
@@ -260,7 +261,8 @@ func sandboxArgs(sb *Sandbox) ([]any, error) {
 	return []any{sb.ID, sb.TeamID, sb.TemplateID, sb.Alias, string(sb.State), ms(sb.StartedAt), ms(sb.EndAt),
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken, sb.TrafficAccessToken,
 		string(meta), string(envs), inet, b2i(sb.AutoPause), b2i(sb.AutoResume), b2i(sb.Secure),
-		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt), ms(sb.PausedAt)}, nil
+		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt), ms(sb.PausedAt),
+		sb.Image, b2i(sb.AutoPauseMemory), sb.RootfsDir, sb.Checkpoint}, nil
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -275,10 +277,11 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var state, meta, envs string
 	var started, end, updated, paused int64
 	var inet sql.NullInt64
-	var autoPause, autoResume, secure int
+	var autoPause, autoResume, secure, autoPauseMemory int
 	err := row.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &started, &end,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &sb.EnvdVersion, &sb.EnvdAccessToken, &sb.TrafficAccessToken,
-		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated, &paused)
+		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated, &paused,
+		&sb.Image, &autoPauseMemory, &sb.RootfsDir, &sb.Checkpoint)
 	if err != nil {
 		return sb, err
 	}
@@ -288,7 +291,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 		v := inet.Int64 != 0
 		sb.AllowInternetAccess = &v
 	}
-	sb.AutoPause, sb.AutoResume, sb.Secure = autoPause != 0, autoResume != 0, secure != 0
+	sb.AutoPause, sb.AutoResume, sb.Secure, sb.AutoPauseMemory = autoPause != 0, autoResume != 0, secure != 0, autoPauseMemory != 0
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return sb, fmt.Errorf("store: sandbox %s metadata: %w", sb.ID, err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,7 +23,7 @@ import (
 // write transaction holds the database's write lock from BEGIN.
 
 const templateColumns = "id, team_id, names, public, cpu_count, memory_mb, disk_size_mb, " +
-	"created_at, updated_at, last_spawned_at, spawn_count, build_count, created_by"
+	"created_at, updated_at, last_spawned_at, spawn_count, build_count, created_by, snapshot_of"
 
 func templateArgs(t *Template) ([]any, error) {
 	names, err := json.Marshal(orEmptyList(t.Names))
@@ -29,7 +31,7 @@ func templateArgs(t *Template) ([]any, error) {
 		return nil, err
 	}
 	return []any{t.ID, t.TeamID, string(names), b2i(t.Public), t.CPUCount, t.MemoryMB, t.DiskSizeMB,
-		ms(t.CreatedAt), ms(t.UpdatedAt), ms(t.LastSpawnedAt), t.SpawnCount, t.BuildCount, t.CreatedBy}, nil
+		ms(t.CreatedAt), ms(t.UpdatedAt), ms(t.LastSpawnedAt), t.SpawnCount, t.BuildCount, t.CreatedBy, t.SnapshotOf}, nil
 }
 
 func orEmptyList(l []string) []string {
@@ -45,7 +47,7 @@ func scanTemplate(row interface{ Scan(...any) error }) (Template, error) {
 	var public int
 	var created, updated, spawned int64
 	err := row.Scan(&t.ID, &t.TeamID, &names, &public, &t.CPUCount, &t.MemoryMB, &t.DiskSizeMB,
-		&created, &updated, &spawned, &t.SpawnCount, &t.BuildCount, &t.CreatedBy)
+		&created, &updated, &spawned, &t.SpawnCount, &t.BuildCount, &t.CreatedBy, &t.SnapshotOf)
 	if err != nil {
 		return t, err
 	}
@@ -151,6 +153,32 @@ func prefixed(p, columns string) string {
 
 func (s *SQL) ListTemplates(ctx context.Context, teamID string) ([]Template, error) {
 	return queryAll(ctx, s.db, s.q("SELECT "+templateColumns+" FROM templates WHERE team_id = ? ORDER BY created_at, id"), scanTemplate, teamID)
+}
+
+func (s *SQL) ListSnapshotTemplates(ctx context.Context, f SnapshotFilter) ([]Template, error) {
+	if f.TeamID == "" {
+		return nil, errors.New("store: listing snapshots needs a team")
+	}
+	where := []string{"t.team_id = ?", "t.snapshot_of <> ''"}
+	args := []any{f.TeamID}
+	if f.SandboxID != "" {
+		where = append(where, "t.snapshot_of = ?")
+		args = append(args, f.SandboxID)
+	}
+	if f.Name != "" {
+		where = append(where, "t.id IN (SELECT template_id FROM template_names WHERE name = ?)")
+		args = append(args, f.Name)
+	}
+	if f.After != nil {
+		where = append(where, "(t.created_at < ? OR (t.created_at = ? AND t.id < ?))")
+		args = append(args, ms(f.After.StartedAt), ms(f.After.StartedAt), f.After.ID)
+	}
+	query := "SELECT " + prefixed("t.", templateColumns) + " FROM templates t WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY t.created_at DESC, t.id DESC"
+	if f.Limit > 0 {
+		query += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	return queryAll(ctx, s.db, s.q(query), scanTemplate, args...)
 }
 
 func (s *SQL) UpdateTemplate(ctx context.Context, id string, update func(*Template) error) (Template, error) {

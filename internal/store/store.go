@@ -125,6 +125,20 @@ type Sandbox struct {
 	UpdatedAt time.Time
 	// PausedAt is when the sandbox was paused; zero unless it is paused.
 	PausedAt time.Time
+	// Image is what the sandbox's root filesystem and envd were made
+	// from, as JSON the sandbox manager writes (layer IDs, user, workdir,
+	// the template's environment): what resuming or forking it needs,
+	// whatever happened to its template since.
+	Image string
+	// AutoPauseMemory says whether a pause on timeout keeps the memory
+	// (true) or only the file system.
+	AutoPauseMemory bool
+	// RootfsDir and Checkpoint say where a paused sandbox is kept on its
+	// node: the directory of its root filesystem (with its writable
+	// layer's disk image) and the checkpoint image of its memory ("" when
+	// it was paused without). Both are "" while it runs.
+	RootfsDir  string
+	Checkpoint string
 }
 
 // SandboxFilter selects sandboxes for ListSandboxes.

@@ -141,6 +141,7 @@ func sandbox(id string, started time.Time, meta map[string]string) Sandbox {
 		EnvdVersion: "0.6.4", EnvdAccessToken: "tok", TrafficAccessToken: "traffic", Metadata: meta,
 		EnvVars: map[string]string{"A": "1"}, AllowInternetAccess: &yes, Secure: true,
 		Node: "node1", Slot: "wrn-3", Runtime: "runsc", Extra: `{"network":{}}`,
+		Image: `{"layers":["base"]}`, AutoPauseMemory: true,
 	}
 }
 
@@ -168,6 +169,8 @@ func TestSandboxLifecycle(t *testing.T) {
 			x.PausedAt = t0.Add(time.Minute)
 			x.EndAt = t0.Add(time.Hour)
 			x.AllowInternetAccess = nil
+			x.RootfsDir, x.Checkpoint = "/data/sandboxes/sb1", "/data/sandboxes/sb1/checkpoint"
+			x.AutoPauseMemory = false
 			return nil
 		})
 		if err != nil || upd.State != StatePaused {
@@ -176,6 +179,9 @@ func TestSandboxLifecycle(t *testing.T) {
 		got, _ = s.GetSandbox(ctx, "sb1")
 		if got.State != StatePaused || !got.PausedAt.Equal(t0.Add(time.Minute)) || !got.EndAt.Equal(t0.Add(time.Hour)) || got.AllowInternetAccess != nil || got.Metadata["k"] != "v" {
 			t.Errorf("after update %+v", got)
+		}
+		if got.RootfsDir != "/data/sandboxes/sb1" || got.Checkpoint != "/data/sandboxes/sb1/checkpoint" || got.AutoPauseMemory || got.Image != `{"layers":["base"]}` {
+			t.Errorf("where the paused sandbox is kept: %q %q, autoPauseMemory %v, image %q", got.RootfsDir, got.Checkpoint, got.AutoPauseMemory, got.Image)
 		}
 		boom := errors.New("boom")
 		if _, err := s.UpdateSandbox(ctx, "sb1", func(x *Sandbox) error { x.State = StateKilled; return boom }); !errors.Is(err, boom) {

@@ -27,6 +27,24 @@ type Template struct {
 	BuildCount    int
 	// CreatedBy is the ID of the key that created it ("" if unknown).
 	CreatedBy string
+	// SnapshotOf is the sandbox a snapshot template was taken from (its
+	// latest snapshot's); "" for a built template.
+	SnapshotOf string
+}
+
+// SnapshotFilter selects a team's snapshot templates (templates with a
+// SnapshotOf), newest first.
+type SnapshotFilter struct {
+	TeamID string
+	// SandboxID, if set, keeps the snapshots of that sandbox.
+	SandboxID string
+	// Name, if set, keeps the template that has that name.
+	Name string
+	// After continues a listing: templates created before this cursor
+	// (its StartedAt is the template's CreatedAt).
+	After *Cursor
+	// Limit bounds the result; 0 means no limit.
+	Limit int
 }
 
 // BuildStatus is a template build's state: waiting → building → ready |
@@ -96,6 +114,9 @@ type TemplateStore interface {
 	// DeleteTemplate removes the template with its names, builds, their
 	// logs, and its tags.
 	DeleteTemplate(ctx context.Context, id string) error
+	// ListSnapshotTemplates lists a team's snapshot templates, newest
+	// first. An empty TeamID is an error: it never means every team.
+	ListSnapshotTemplates(ctx context.Context, f SnapshotFilter) ([]Template, error)
 
 	CreateBuild(ctx context.Context, b Build) error
 	GetBuild(ctx context.Context, id string) (Build, error)

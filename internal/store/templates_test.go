@@ -629,3 +629,59 @@ func TestDeleteTemplateCascades(t *testing.T) {
 		}
 	})
 }
+
+// Snapshot templates are listed per team, newest first, by the sandbox
+// they were taken from or by name, a page at a time; an empty team is
+// refused, never "every team".
+func TestListSnapshotTemplates(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		add := func(id, team, of string, at time.Time, names ...string) {
+			t.Helper()
+			tp := newTemplate(id, at, names...)
+			tp.TeamID, tp.SnapshotOf = team, of
+			if err := s.CreateTemplate(ctx, tp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add("built", "team1", "", t0.Add(5*time.Second), "built")
+		add("s1", "team1", "sbA", t0, "first")
+		add("s2", "team1", "sbB", t0.Add(time.Second))
+		add("s3", "team1", "sbA", t0.Add(2*time.Second), "third")
+		add("s4", "team1", "sbA", t0.Add(2*time.Second))
+		add("other", "team2", "sbA", t0.Add(3*time.Second), "theirs")
+		list := func(f SnapshotFilter) string {
+			t.Helper()
+			got, err := s.ListSnapshotTemplates(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprint(templateIDs(got))
+		}
+		if got := list(SnapshotFilter{TeamID: "team1"}); got != "[s4 s3 s2 s1]" {
+			t.Errorf("team1's snapshots = %s", got)
+		}
+		if got := list(SnapshotFilter{TeamID: "team1", SandboxID: "sbA"}); got != "[s4 s3 s1]" {
+			t.Errorf("snapshots of sbA = %s", got)
+		}
+		if got := list(SnapshotFilter{TeamID: "team1", Name: "third"}); got != "[s3]" {
+			t.Errorf("named third = %s", got)
+		}
+		if got := list(SnapshotFilter{TeamID: "team1", Name: "theirs"}); got != "[]" {
+			t.Errorf("another team's name = %s", got)
+		}
+		if got := list(SnapshotFilter{TeamID: "team1", Limit: 2}); got != "[s4 s3]" {
+			t.Errorf("first page = %s", got)
+		}
+		after := &Cursor{StartedAt: t0.Add(2 * time.Second), ID: "s3"}
+		if got := list(SnapshotFilter{TeamID: "team1", After: after, Limit: 2}); got != "[s2 s1]" {
+			t.Errorf("second page = %s", got)
+		}
+		if _, err := s.ListSnapshotTemplates(ctx, SnapshotFilter{}); err == nil {
+			t.Error("a listing without a team was answered")
+		}
+		if got, _ := s.GetTemplate(ctx, "s3"); got.SnapshotOf != "sbA" {
+			t.Errorf("SnapshotOf round trip: %q", got.SnapshotOf)
+		}
+	})
+}
