@@ -45,17 +45,8 @@ func (r *Root) LogPath() string { return filepath.Join(filepath.Dir(r.upper), "e
 //
 // On failure nothing of it is left.
 func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSizeMB int) (_ *Root, err error) {
-	if !idPattern.MatchString(id) {
-		return nil, fmt.Errorf("rootfs: invalid sandbox id %q", id)
-	}
-	if len(layers) == 0 {
-		return nil, errors.New("rootfs: a root filesystem needs at least one layer")
-	}
-	for _, l := range layers {
-		// overlayfs separates lower dirs with ':' and options with ','.
-		if !filepath.IsAbs(l) || strings.ContainsAny(l, ":,") {
-			return nil, fmt.Errorf("rootfs: layer path %q must be absolute, without ':' or ','", l)
-		}
+	if err := checkMount(id, layers); err != nil {
+		return nil, err
 	}
 	if diskSizeMB < 0 {
 		return nil, fmt.Errorf("rootfs: diskSizeMB %d is negative", diskSizeMB)
@@ -76,15 +67,26 @@ func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSiz
 	writable := dir
 	if diskSizeMB > 0 {
 		writable = filepath.Join(dir, "disk")
-		if err := m.mountDisk(ctx, filepath.Join(dir, "disk.img"), writable, diskSizeMB); err != nil {
+		if err := m.mountDisk(ctx, filepath.Join(dir, diskImageName), writable, diskSizeMB); err != nil {
 			return nil, err
 		}
 	}
+	return r, r.mountOverlay(id, layers, writable, true)
+}
+
+// mountOverlay mounts the overlay of layers (bottom first) under the
+// writable layer in writable (its upper/ and work/, made first when
+// fresh) at r.merged.
+func (r *Root) mountOverlay(id string, layers []string, writable string, fresh bool) error {
 	r.upper = filepath.Join(writable, "upper")
 	work := filepath.Join(writable, "work")
-	for _, d := range []string{r.upper, work, r.merged} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
+	dirs := []string{r.merged}
+	if fresh {
+		dirs = []string{r.upper, work, r.merged}
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil && !(errors.Is(err, os.ErrExist) && d == r.merged) {
+			return err
 		}
 	}
 	lower := make([]string, len(layers))
@@ -100,14 +102,13 @@ func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSiz
 	// sandbox dir too; device access inside a runc sandbox is bounded by
 	// its device cgroup.
 	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
-		return nil, fmt.Errorf("rootfs: mounting the overlay for %s: %w", id, err)
+		return fmt.Errorf("rootfs: mounting the overlay for %s: %w", id, err)
 	}
-	return r, nil
+	return nil
 }
 
 // mountDisk puts a fresh sparse ext4 image of sizeMB at img and mounts it
-// at target through an auto-clearing loop device, which the kernel
-// detaches when the file system is unmounted.
+// at target (mountImage).
 func (m *Manager) mountDisk(ctx context.Context, img, target string, sizeMB int) error {
 	tmpl, err := m.diskTemplate(ctx, sizeMB)
 	if err != nil {
@@ -117,13 +118,25 @@ func (m *Manager) mountDisk(ctx context.Context, img, target string, sizeMB int)
 	if err != nil {
 		return fmt.Errorf("rootfs: copying the disk image: %w", err)
 	}
+	f.Close()
+	return mountImage(img, target)
+}
+
+// mountImage mounts the ext4 image img at target (made if missing)
+// through an auto-clearing loop device, which the kernel detaches when
+// the file system is unmounted.
+func mountImage(img, target string) error {
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
 	defer f.Close()
 	loop, err := attachLoop(f)
 	if err != nil {
 		return err
 	}
 	defer loop.Close()
-	if err := os.Mkdir(target, 0o755); err != nil {
+	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
 	// noinit_itable: the kernel would otherwise zero the inode tables in

@@ -14,10 +14,14 @@
 //	  disk/envd.log               envd's output (Root.LogPath), bounded by
 //	                              the same disk (envd.log without a limit)
 //	  rootfs/                     the overlay mount: the container's root
+//	  checkpoint/                 the checkpoint image of its memory while
+//	                              it is paused (written by the runtime)
 //
-// A sandbox's root filesystem is made by Mount and removed by
-// (*Root).Unmount; Cleanup removes those a crashed run left behind. Commit
-// copies a sandbox's writable layer into layers/ through the image store
+// A sandbox's root filesystem is made by Mount (or MountCopy, from a
+// snapshot's disk image) and removed by (*Root).Unmount; Cleanup removes
+// those a crashed run left behind. A paused sandbox's is kept unmounted
+// (Detach) and mounted again by Remount (keep.go). Commit copies a
+// sandbox's writable layer into layers/ through the image store
 // (commit.go).
 //
 // diskSizeMB is enforced by giving each sandbox's writable layer its own
