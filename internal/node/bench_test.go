@@ -141,11 +141,11 @@ func BenchmarkPauseResume(b *testing.B) {
 			var pauses, resumes []time.Duration
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				if err := n.Pause(ctx, inst); err != nil {
+				if err := n.Freeze(ctx, inst); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				if err := n.Resume(ctx, inst); err != nil {
+				if err := n.Thaw(ctx, inst); err != nil {
 					b.Fatal(err)
 				}
 				pauses = append(pauses, t1.Sub(t0))
@@ -212,4 +212,131 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return total
+}
+
+// ballast starts a process in inst that holds mib MiB of random bytes
+// (resident: written, not just allocated).
+func ballast(b *testing.B, inst *Instance, mib int) {
+	out, code := sh(b, inst, "tok-"+inst.ID, "", fmt.Sprintf(`nohup python3 -c '
+import time
+n = %d << 20
+ballast = bytearray(n)
+ballast[::4096] = b"\x01" * ((n + 4095) // 4096)  # every page written: resident
+open("/tmp/ballast-ready", "w").close()
+time.sleep(86400)' >/dev/null 2>&1 &
+for i in $(seq 300); do [ -e /tmp/ballast-ready ] && break; sleep 0.1; done; echo ok`, mib), 60*time.Second)
+	if code != 0 {
+		b.Fatalf("ballast: %q", out)
+	}
+}
+
+// BenchmarkPauseToDisk pauses a sandbox holding 50 or 500 MiB to disk
+// (checkpoint with memory, container and slot released) and resumes it
+// (remount, fresh slot, restore, envd healthy), and reports the memory
+// its cgroup was charged before the pause (all of which the pause frees:
+// the cgroup is removed with the container).
+func BenchmarkPauseToDisk(b *testing.B) {
+	for _, mib := range []int{50, 500} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			n := benchNode(b, "runsc", 2)
+			ctx := context.Background()
+			req := baseRequest(b, fmt.Sprintf("bench-ptd-%d", mib))
+			req.MemoryMB = 1024
+			inst, err := n.Create(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { n.Delete(ctx, inst) }()
+			ballast(b, inst, mib)
+			var pauses, resumes []time.Duration
+			var freed int64
+			for i := 0; i < b.N; i++ {
+				charged := cgroupMemoryBench(inst.ID)
+				t0 := time.Now()
+				p, err := n.PauseToDisk(ctx, inst, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pauses = append(pauses, time.Since(t0))
+				if cgroupMemoryBench(inst.ID) == -1 {
+					freed = charged
+				}
+				waitPool(n)
+				t1 := time.Now()
+				inst, err = n.ResumeFromDisk(ctx, req, p, true, func(*Instance) error { return nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				resumes = append(resumes, time.Since(t1))
+				n.DropCheckpoint(p)
+			}
+			reportPercentiles(b, "pause", pauses)
+			reportPercentiles(b, "resume", resumes)
+			b.ReportMetric(float64(freed)/(1<<20), "freed-MiB")
+		})
+	}
+}
+
+func cgroupMemoryBench(id string) int64 {
+	bs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/warren-node-bench", id, "memory.usage_in_bytes"))
+	if err != nil {
+		return -1
+	}
+	var v int64
+	fmt.Sscan(string(bs), &v)
+	return v
+}
+
+// BenchmarkSnapshotFork snapshots a sandbox holding 50 MiB (it runs on)
+// and restores 1 or 10 sandboxes from the snapshot, concurrently, until
+// all of them are healthy.
+func BenchmarkSnapshotFork(b *testing.B) {
+	n := benchNode(b, "runsc", 4)
+	ctx := context.Background()
+	req := baseRequest(b, "bench-fork-src")
+	req.MemoryMB = 512
+	src, err := n.Create(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Delete(ctx, src)
+	ballast(b, src, 50)
+	for _, count := range []int{1, 10} {
+		b.Run(fmt.Sprintf("children-%d", count), func(b *testing.B) {
+			var snaps, forks []time.Duration
+			for i := 0; i < b.N; i++ {
+				dir := filepath.Join(b.TempDir(), "snap")
+				t0 := time.Now()
+				if err := n.Snapshot(ctx, src, dir); err != nil {
+					b.Fatal(err)
+				}
+				snaps = append(snaps, time.Since(t0))
+				t1 := time.Now()
+				children := make([]*Instance, count)
+				errs := make(chan error, count)
+				for c := range count {
+					go func() {
+						r := req
+						r.ID = fmt.Sprintf("bench-fork-%d-%d", i, c)
+						r.DiskImage = filepath.Join(dir, SnapshotDiskName)
+						inst, err := n.Restore(ctx, r, dir)
+						children[c] = inst
+						errs <- err
+					}()
+				}
+				for range count {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+				forks = append(forks, time.Since(t1))
+				for _, c := range children {
+					n.Delete(ctx, c)
+				}
+				os.RemoveAll(dir)
+			}
+			reportPercentiles(b, "snapshot", snaps)
+			reportPercentiles(b, "fork", forks)
+		})
+	}
 }

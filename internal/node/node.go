@@ -12,6 +12,11 @@
 // Cleanup removes what a crashed previous run left and the caller does not
 // know.
 //
+// A running sandbox can be paused to disk (PauseToDisk: its memory
+// checkpointed, everything but its files released) and resumed
+// (ResumeFromDisk), or snapshotted in place (Snapshot) for any number of
+// Restores: lifecycle.go.
+//
 // An Instance is not the sandbox of the API: that one's lifecycle (team,
 // state, timeouts, tokens) is the sandbox manager's (internal/sandbox),
 // and its record the store's. The node keeps no records of its own: the
@@ -45,6 +50,16 @@ type Rootfs interface {
 	// the writable layer, so that the sandbox's disk limit bounds it too.
 	// The sandbox cannot reach it through its root filesystem.
 	LogPath() string
+	// Home is the directory that holds everything of it, mounted or kept.
+	Home() string
+	// CheckpointDir is where a paused sandbox's checkpoint image goes,
+	// inside Home.
+	CheckpointDir() string
+	// Detach unmounts it and keeps its files (a paused sandbox's).
+	Detach() error
+	// CopyDisk copies the writable layer's disk image to dst; the
+	// sandbox must be frozen.
+	CopyDisk(dst string) error
 }
 
 // Committer is a Rootfs whose writes can be kept as a read-only layer.
@@ -62,6 +77,15 @@ type RootfsMounter interface {
 	// Adopt finds the root filesystem a previous run mounted for a
 	// sandbox that is still running.
 	Adopt(sandboxID string) (Rootfs, bool)
+	// Remount mounts a detached root filesystem (Rootfs.Detach) again.
+	Remount(ctx context.Context, sandboxID string, layers []string) (Rootfs, error)
+	// MountCopy mounts a root filesystem whose writable layer is a copy
+	// of a disk image (Rootfs.CopyDisk's).
+	MountCopy(ctx context.Context, sandboxID string, layers []string, diskImage string) (Rootfs, error)
+	// Remove deletes a sandbox's root filesystem, mounted or kept.
+	Remove(sandboxID string) error
+	// Kept finds a sandbox's root filesystem, mounted or kept.
+	Kept(sandboxID string) (Rootfs, bool)
 }
 
 // Config wires a Node to its resources.
@@ -119,6 +143,10 @@ type CreateRequest struct {
 	// User and Workdir are envd's defaults ("" for user and home).
 	User    string
 	Workdir string
+	// DiskImage, for a Restore, is a snapshot's copy of the checkpointed
+	// sandbox's writable layer (Snapshot): the new sandbox's writable
+	// layer is a copy of it, of its size (DiskSizeMB is ignored).
+	DiskImage string
 }
 
 // Instance is a running sandbox's resources on this node: its slot, root
@@ -140,7 +168,7 @@ func (inst *Instance) EnvdURL() string {
 
 // Create starts a sandbox and returns once envd is healthy.
 func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Instance, err error) {
-	inst, spec, err := n.prepare(ctx, req)
+	inst, spec, err := n.prepare(ctx, req, n.freshRoot(req), true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -162,26 +190,43 @@ func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Instance, err 
 	return inst, nil
 }
 
-// prepare acquires the slot and the root filesystem and builds the spec.
-func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Instance, _ runtime.Spec, err error) {
+// freshRoot mounts a new root filesystem for req: empty writable layer,
+// or a copy of req.DiskImage.
+func (n *Node) freshRoot(req CreateRequest) func(context.Context) (Rootfs, error) {
+	return func(ctx context.Context) (Rootfs, error) {
+		if req.DiskImage != "" {
+			return n.cfg.Rootfs.MountCopy(ctx, req.ID, req.Layers, req.DiskImage)
+		}
+		return n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB)
+	}
+}
+
+// prepare acquires the slot and the root filesystem (mount makes it) and
+// builds the spec. writeRoot writes the files the node puts into a root
+// filesystem (a resumed sandbox's are there already, as it saw them).
+// On failure it releases what it took; with keepRoot the root filesystem
+// is detached (a paused sandbox's kept one), not removed.
+func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(context.Context) (Rootfs, error), writeRoot, keepRoot bool) (_ *Instance, _ runtime.Spec, err error) {
 	if !runtime.ValidID(req.ID) {
 		return nil, runtime.Spec{}, fmt.Errorf("node: invalid sandbox id %q", req.ID)
 	}
 	inst := &Instance{ID: req.ID}
 	defer func() {
 		if err != nil {
-			n.release(context.WithoutCancel(ctx), inst)
+			n.releaseKeeping(context.WithoutCancel(ctx), inst, keepRoot)
 		}
 	}()
 	if inst.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: network for %s: %w", req.ID, err)
 	}
-	if inst.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
+	if inst.Rootfs, err = mount(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
 	inst.LogPath = inst.Rootfs.LogPath()
-	if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
-		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
+	if writeRoot {
+		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
+			return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
+		}
 	}
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port)}
 	if req.User != "" {
@@ -244,12 +289,22 @@ func (n *Node) Delete(ctx context.Context, inst *Instance) error {
 }
 
 func (n *Node) release(ctx context.Context, inst *Instance) error {
+	return n.releaseKeeping(ctx, inst, false)
+}
+
+// releaseKeeping is release; with keepRoot the root filesystem is
+// detached (its files kept, as a paused sandbox's), not removed.
+func (n *Node) releaseKeeping(ctx context.Context, inst *Instance, keepRoot bool) error {
 	var errs []error
 	if err := n.cfg.Runtime.Delete(ctx, inst.ID); err != nil {
 		errs = append(errs, err)
 	}
 	if inst.Rootfs != nil {
-		if err := inst.Rootfs.Unmount(); err != nil {
+		unmount := inst.Rootfs.Unmount
+		if keepRoot {
+			unmount = inst.Rootfs.Detach
+		}
+		if err := unmount(); err != nil {
 			errs = append(errs, err)
 		} else {
 			inst.Rootfs = nil
@@ -309,11 +364,13 @@ func (n *Node) Adopt(ctx context.Context, id, slotName string) (*Instance, error
 	return inst, nil
 }
 
-// Pause freezes a sandbox; Resume thaws it.
-func (n *Node) Pause(ctx context.Context, inst *Instance) error {
+// Freeze stops every process of a sandbox in place (its memory stays
+// allocated); Thaw lets them run again. A paused sandbox is not frozen but
+// kept on disk (PauseToDisk); freezing is how Snapshot holds it still.
+func (n *Node) Freeze(ctx context.Context, inst *Instance) error {
 	return n.cfg.Runtime.Pause(ctx, inst.ID)
 }
-func (n *Node) Resume(ctx context.Context, inst *Instance) error {
+func (n *Node) Thaw(ctx context.Context, inst *Instance) error {
 	return n.cfg.Runtime.Resume(ctx, inst.ID)
 }
 
@@ -330,9 +387,14 @@ func (n *Node) Checkpoint(ctx context.Context, inst *Instance, imageDir string, 
 
 // Restore starts a new sandbox from a checkpoint image, with a new slot
 // and root filesystem, and returns once envd is healthy. The request must
-// match the checkpointed sandbox's (same layers, user and workdir).
+// match the checkpointed sandbox's (same layers, user and workdir); with
+// req.DiskImage (a Snapshot's) its writable layer is a copy of the
+// checkpointed one's, else it starts empty.
 func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) (_ *Instance, err error) {
-	inst, spec, err := n.prepare(ctx, req)
+	// Its /etc/hosts is written again, naming its own ID: the runtime
+	// drops the sentry's cache of unused files at a checkpoint, so the
+	// restored sandbox reads the new one.
+	inst, spec, err := n.prepare(ctx, req, n.freshRoot(req), true, false)
 	if err != nil {
 		return nil, err
 	}

@@ -264,7 +264,7 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 
 			// Pause and resume.
 			ctx := context.Background()
-			if err := n.Pause(ctx, a); err != nil {
+			if err := n.Freeze(ctx, a); err != nil {
 				t.Fatal(err)
 			}
 			c := http.Client{Timeout: 300 * time.Millisecond, Transport: freshConns.Transport}
@@ -272,7 +272,7 @@ func TestSandboxBasicsAndIsolation(t *testing.T) {
 				res.Body.Close()
 				t.Error("paused sandbox answered /health")
 			}
-			if err := n.Resume(ctx, a); err != nil {
+			if err := n.Thaw(ctx, a); err != nil {
 				t.Fatal(err)
 			}
 			if out, code := sh(t, a, tokA, "", "echo back", 10*time.Second); code != 0 || out != "back\n" {
@@ -639,7 +639,7 @@ func TestNothingLeft(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") || strings.Contains(line, "/sandboxes/link") || strings.Contains(line, "/sandboxes/logfill-") || strings.Contains(line, "/sandboxes/egr-") {
+		if strings.Contains(line, "/sandboxes/iso-") || strings.Contains(line, "/sandboxes/lim-") || strings.Contains(line, "/sandboxes/ckpt-") || strings.Contains(line, "/sandboxes/clean-") || strings.Contains(line, "/sandboxes/fail-") || strings.Contains(line, "/sandboxes/link") || strings.Contains(line, "/sandboxes/logfill-") || strings.Contains(line, "/sandboxes/egr-") || strings.Contains(line, "/sandboxes/lc-") {
 			leaks = append(leaks, "mount "+line)
 		}
 	}

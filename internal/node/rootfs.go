@@ -33,6 +33,32 @@ func (m localRootfs) Mount(ctx context.Context, id string, layers []string, disk
 	return mounted{r, m.layers}, nil
 }
 
+func (m localRootfs) Remount(ctx context.Context, id string, layers []string) (Rootfs, error) {
+	r, err := m.roots.Remount(ctx, id, layers)
+	if err != nil {
+		return nil, err
+	}
+	return mounted{r, m.layers}, nil
+}
+
+func (m localRootfs) MountCopy(ctx context.Context, id string, layers []string, diskImage string) (Rootfs, error) {
+	r, err := m.roots.MountCopy(ctx, id, layers, diskImage)
+	if err != nil {
+		return nil, err
+	}
+	return mounted{r, m.layers}, nil
+}
+
+func (m localRootfs) Remove(id string) error { return m.roots.Remove(id) }
+
+func (m localRootfs) Kept(id string) (Rootfs, bool) {
+	r, ok := m.roots.Kept(id)
+	if !ok {
+		return nil, false
+	}
+	return mounted{r, m.layers}, true
+}
+
 func (m localRootfs) Adopt(id string) (Rootfs, bool) {
 	r, ok := m.roots.Adopt(id)
 	if !ok {
