@@ -21,7 +21,10 @@ type Sandboxes interface {
 	Kill(ctx context.Context, teamID, id string) error
 	SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error
 	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
-	Connect(ctx context.Context, teamID, id string, timeout time.Duration) (store.Sandbox, bool, error)
+	Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error)
+	Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error)
+	ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
+	Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
 	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
 	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
 }
@@ -41,6 +44,8 @@ type Templates interface {
 	AssignTags(ctx context.Context, teamID, target string, tags []string) (string, []string, error)
 	RemoveTags(ctx context.Context, teamID, name string, tags []string) error
 	Tags(ctx context.Context, teamID, ref string) ([]store.Tag, error)
+	CreateSnapshot(ctx context.Context, teamID, createdBy, sandboxID, name string) (template.SnapshotRef, error)
+	ListSnapshots(ctx context.Context, teamID, sandboxID, name string, limit int, after *store.Cursor) ([]template.SnapshotRef, error)
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -51,6 +52,12 @@ type fakeSandboxes struct {
 	mu     sync.Mutex
 	calls  []string
 	create func(sandbox.CreateRequest) (store.Sandbox, error)
+	// The lifecycle calls answer with these when set; they record the
+	// arguments they were given in last.
+	pause  func(teamID, id string, memory bool) (bool, error)
+	resume func(teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
+	fork   func(teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	last   []any
 }
 
 func (f *fakeSandboxes) called(name string) {
@@ -99,9 +106,40 @@ func (f *fakeSandboxes) Refresh(context.Context, string, string, time.Duration) 
 	return nil
 }
 
-func (f *fakeSandboxes) Connect(context.Context, string, string, time.Duration) (store.Sandbox, bool, error) {
+func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
 	f.called("Connect")
+	f.mu.Lock()
+	f.last = []any{teamID, id, timeout, memory}
+	f.mu.Unlock()
 	return store.Sandbox{ID: "sbx1"}, false, nil
+}
+
+func (f *fakeSandboxes) Pause(_ context.Context, teamID, id string, memory bool) (bool, error) {
+	f.called("Pause")
+	if f.pause != nil {
+		return f.pause(teamID, id, memory)
+	}
+	return true, nil
+}
+
+func (f *fakeSandboxes) ResumeSandbox(_ context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+	f.called("ResumeSandbox")
+	if f.resume != nil {
+		return f.resume(teamID, id, opts)
+	}
+	return store.Sandbox{ID: id, TeamID: teamID}, nil
+}
+
+func (f *fakeSandboxes) Fork(_ context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
+	f.called("Fork")
+	if f.fork != nil {
+		return f.fork(teamID, id, timeout, count)
+	}
+	out := make([]sandbox.ForkResult, count)
+	for i := range out {
+		out[i].Sandbox = store.Sandbox{ID: fmt.Sprintf("child%d", i), TeamID: teamID}
+	}
+	return out, nil
 }
 
 func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time.Time) ([]sandbox.Metric, error) {
@@ -194,6 +232,30 @@ func (f *fakeTemplates) RemoveTags(context.Context, string, string, []string) er
 func (f *fakeTemplates) Tags(context.Context, string, string) ([]store.Tag, error) {
 	f.called("Tags")
 	return nil, f.err
+}
+
+func (f *fakeTemplates) CreateSnapshot(_ context.Context, teamID, _, sandboxID, name string) (template.SnapshotRef, error) {
+	f.called("CreateSnapshot")
+	f.mu.Lock()
+	f.last = []any{teamID, sandboxID, name}
+	f.mu.Unlock()
+	if name == "" {
+		return template.SnapshotRef{SnapshotID: "tplsnap:default", Names: []string{}}, f.err
+	}
+	return template.SnapshotRef{SnapshotID: name + ":default", Names: []string{name}}, f.err
+}
+
+func (f *fakeTemplates) ListSnapshots(_ context.Context, teamID, sandboxID, name string, limit int, after *store.Cursor) ([]template.SnapshotRef, error) {
+	f.called("ListSnapshots")
+	f.mu.Lock()
+	f.last = []any{teamID, sandboxID, name, limit, after}
+	f.mu.Unlock()
+	var out []template.SnapshotRef
+	for i := range min(limit, 3) {
+		t := store.Template{ID: fmt.Sprintf("snap%d", i), CreatedAt: time.Unix(int64(1000-i), 0)}
+		out = append(out, template.SnapshotRef{SnapshotID: t.ID + ":default", Names: []string{}, Template: t})
+	}
+	return out, f.err
 }
 
 // harness is an API with fakes behind it and a log to read.

@@ -306,7 +306,10 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 
 // fail maps the sandbox manager's errors to statuses.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var re *sandbox.ResumeError
 	switch {
+	case errors.As(err, &re):
+		s.resumeFailed(w, r, re)
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, sandbox.ErrTemplateNotFound):
@@ -401,7 +404,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	req := sandbox.CreateRequest{
 		TeamID: teamOf(r), TemplateID: body.TemplateID, Timeout: timeout,
 		Metadata: map[string]string(deref(body.Metadata)), EnvVars: map[string]string(deref(body.EnvVars)),
-		AutoPause: deref(body.AutoPause), Secure: true, AllowInternetAccess: body.AllowInternetAccess,
+		AutoPause: deref(body.AutoPause), AutoPauseMemory: body.AutoPauseMemory, Secure: true,
+		AllowInternetAccess: body.AllowInternetAccess,
 	}
 	if body.AutoResume != nil {
 		req.AutoResume = deref(body.AutoResume.Enabled)
@@ -708,7 +712,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, defT
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rec, resumed, err := s.cfg.Sandboxes.Connect(r.Context(), teamOf(r), id, timeout)
+	// memory false: a paused sandbox boots anew on its files (the SDK's
+	// onResume "reboot").
+	rec, resumed, err := s.cfg.Sandboxes.Connect(r.Context(), teamOf(r), id, timeout, body.Memory == nil || *body.Memory)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -22,6 +22,10 @@
 //	.<templateID>.lock            flock held while that template is built
 //	snapshots/<snapshotID>/       checkpoint image of a template's sandbox
 //	                              with its start command running
+//	snapshots/sbx-<buildID>/      a running sandbox's snapshot (internal/
+//	                              template): checkpoint image and disk.img
+//	snapshots/fork-<random>/      a fork's snapshot while its children
+//	                              are restored (internal/sandbox)
 //	uploads/<templateID>/<hash>   files uploaded for a build's COPY steps
 //	                              (internal/template)
 //	templates/<templateID>.json   a template: its layer IDs (bottom first),
@@ -89,6 +93,12 @@ type Template struct {
 	// must present it. It is a secret: template files are 0600 in the
 	// 0700 data dir.
 	SnapshotToken string `json:"snapshotToken,omitempty"`
+	// SnapshotDisk says that Snapshot's directory also holds a copy of
+	// the checkpointed sandbox's writable layer (node.SnapshotDiskName),
+	// which each restored sandbox starts from: a running sandbox's
+	// snapshot, whose files are not in a layer. A build's snapshot has
+	// its files in its top layer instead.
+	SnapshotDisk bool `json:"snapshotDisk,omitempty"`
 	// Recipe identifies how a built-in template was made; a changed recipe
 	// makes setup rebuild it.
 	Recipe string `json:"recipe,omitempty"`

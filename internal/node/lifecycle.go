@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
@@ -246,4 +247,48 @@ func (n *Node) Snapshot(ctx context.Context, inst *Instance, dir string) (err er
 		return fmt.Errorf("node: copying the disk of %s: %w", inst.ID, err)
 	}
 	return nil
+}
+
+// Flush writes a paused sandbox's files (its checkpoint, its disk image)
+// through to the disk, so that they survive a power loss; a clean reboot
+// flushes them anyway. Files removed meanwhile (a resume dropped the
+// checkpoint) are skipped.
+func Flush(p Paused) error {
+	var errs []error
+	sync := func(path string) {
+		f, err := os.Open(path)
+		if err != nil {
+			if !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+			return
+		}
+		if err := f.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("node: flushing %s: %w", path, err))
+		}
+		f.Close()
+	}
+	if p.Checkpoint != "" {
+		entries, _ := os.ReadDir(p.Checkpoint)
+		for _, e := range entries {
+			if e.Type().IsRegular() {
+				sync(filepath.Join(p.Checkpoint, e.Name()))
+			}
+		}
+		sync(p.Checkpoint)
+	}
+	sync(filepath.Join(p.Dir, rootfs.DiskImageName))
+	sync(p.Dir)
+	return errors.Join(errs...)
+}
+
+// AdoptKept takes over a sandbox whose pause a restart cut short: its
+// container and root filesystem (mounted or not), without a slot (the
+// pause had released it from the record). PauseToDisk finishes the pause.
+func (n *Node) AdoptKept(ctx context.Context, id string) (*Instance, error) {
+	root, ok := n.cfg.Rootfs.Kept(id)
+	if !ok {
+		return nil, fmt.Errorf("node: sandbox %s has no root filesystem", id)
+	}
+	return &Instance{ID: id, Rootfs: root, LogPath: root.LogPath()}, nil
 }

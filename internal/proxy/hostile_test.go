@@ -26,6 +26,7 @@ type fakeNode struct {
 	dialed  []string
 	resumed []string
 	paused  bool
+	moved   bool  // "paused" was resumed at a new address
 	err     error // Resolve's answer for "broken"
 	up      string
 }
@@ -52,6 +53,12 @@ func (n *fakeNode) Resolve(_ context.Context, id string) (Target, error) {
 	}}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if id == "paused" && n.moved {
+		ip = netip.MustParseAddr("10.99.0.14") // resumed into another slot
+	}
+	if id == "paused" && n.paused {
+		ip = netip.Addr{} // a paused sandbox has no address
+	}
 	return Target{IP: ip, Transport: tr, TrafficToken: "traffic-" + id, EnvdAccessToken: "envd-" + id, Paused: id == "paused" && n.paused}, nil
 }
 
@@ -60,6 +67,7 @@ func (n *fakeNode) Resume(_ context.Context, id string) error {
 	defer n.mu.Unlock()
 	n.resumed = append(n.resumed, id)
 	n.paused = false
+	n.moved = true
 	return nil
 }
 
@@ -209,6 +217,20 @@ func TestPausedSandboxResumesOnlyForCredentials(t *testing.T) {
 		if !c.resumes && len(dialed) > 0 {
 			t.Errorf("%s: dialed %v", c.name, dialed)
 		}
+	}
+}
+
+// A sandbox resumed by traffic has a new address (a fresh slot): the
+// request goes there, not to where the sandbox was before its pause.
+func TestResumedSandboxIsReachedAtItsNewAddress(t *testing.T) {
+	n, p, _ := newFakeNode(t)
+	n.mu.Lock()
+	n.paused = true
+	n.mu.Unlock()
+	w := serve(p, "192.0.2.98:1", "8000-paused.localhost", "E2b-Traffic-Access-Token", "traffic-paused")
+	dialed, resumed := n.take()
+	if w.Code != 200 || fmt.Sprint(resumed) != "[paused]" || fmt.Sprint(dialed) != "[10.99.0.14:8000]" {
+		t.Errorf("%d, resumed %v, dialed %v", w.Code, resumed, dialed)
 	}
 }
 

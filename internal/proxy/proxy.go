@@ -85,7 +85,9 @@ type Resolver interface {
 	// Resolve finds a sandbox's target without changing anything. A
 	// paused sandbox that does not resume on traffic is ErrNotFound.
 	Resolve(ctx context.Context, sandboxID string) (Target, error)
-	// Resume thaws a paused sandbox (it may block briefly).
+	// Resume resumes a paused sandbox (it may block briefly); its
+	// target is resolved again afterwards, since a resumed sandbox may
+	// have a new address.
 	Resume(ctx context.Context, sandboxID string) error
 }
 
@@ -204,6 +206,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := p.cfg.Resolver.Resume(r.Context(), id); err != nil {
+			p.resolveError(w, r, id, err)
+			return
+		}
+		// A resumed sandbox has a new address (a fresh network slot).
+		if t, err = p.cfg.Resolver.Resolve(r.Context(), id); err != nil {
 			p.resolveError(w, r, id, err)
 			return
 		}

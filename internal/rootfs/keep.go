@@ -29,8 +29,8 @@ import (
 // limit, whose writable layer is a plain directory.
 var ErrNoDisk = errors.New("rootfs: the writable layer has no disk image")
 
-// diskImageName is the writable layer's disk image in a sandbox's dir.
-const diskImageName = "disk.img"
+// DiskImageName is the writable layer's disk image in a sandbox's dir.
+const DiskImageName = "disk.img"
 
 // Home is the sandbox's directory, sandboxes/<id>: everything of its root
 // filesystem, mounted or kept.
@@ -77,7 +77,7 @@ func unmountNow(m string) error {
 // must not exist), holes kept. The sandbox must be frozen: its file
 // system is synced first, so the copy holds everything written until then.
 func (r *Root) CopyDisk(dst string) error {
-	img := filepath.Join(r.dir, diskImageName)
+	img := filepath.Join(r.dir, DiskImageName)
 	if _, err := os.Stat(img); err != nil {
 		return fmt.Errorf("%w (%v)", ErrNoDisk, err)
 	}
@@ -136,7 +136,7 @@ func (m *Manager) Remount(ctx context.Context, id string, layers []string) (_ *R
 		}
 	}()
 	writable := dir
-	if img := filepath.Join(dir, diskImageName); exists(img) {
+	if img := filepath.Join(dir, DiskImageName); exists(img) {
 		writable = filepath.Join(dir, "disk")
 		if err := mountImage(img, writable); err != nil {
 			return nil, err
@@ -165,7 +165,7 @@ func (m *Manager) MountCopy(ctx context.Context, id string, layers []string, dis
 			_ = r.Unmount()
 		}
 	}()
-	img := filepath.Join(dir, diskImageName)
+	img := filepath.Join(dir, DiskImageName)
 	f, err := copySparse(diskImage, img)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs: copying the snapshot's disk image: %w", err)
@@ -198,7 +198,7 @@ func (m *Manager) Kept(id string) (*Root, bool) {
 		return nil, false
 	}
 	r := &Root{dir: dir, merged: filepath.Join(dir, "rootfs"), upper: filepath.Join(dir, "upper")}
-	if exists(filepath.Join(dir, diskImageName)) {
+	if exists(filepath.Join(dir, DiskImageName)) {
 		r.upper = filepath.Join(dir, "disk", "upper")
 	}
 	return r, true

@@ -112,7 +112,7 @@ func TestDetachRemountAndCopy(t *testing.T) {
 	if got := read(r3, "written"); got != "before the pause" {
 		t.Errorf("the original after the copy wrote: %q", got)
 	}
-	if size, err := DiskSizeMB(filepath.Join(c.Home(), diskImageName)); err != nil || size != 32 {
+	if size, err := DiskSizeMB(filepath.Join(c.Home(), DiskImageName)); err != nil || size != 32 {
 		t.Errorf("the copy's disk: %d MB %v", size, err)
 	}
 	if err := c.Unmount(); err != nil {

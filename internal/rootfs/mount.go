@@ -67,7 +67,7 @@ func (m *Manager) Mount(ctx context.Context, id string, layers []string, diskSiz
 	writable := dir
 	if diskSizeMB > 0 {
 		writable = filepath.Join(dir, "disk")
-		if err := m.mountDisk(ctx, filepath.Join(dir, diskImageName), writable, diskSizeMB); err != nil {
+		if err := m.mountDisk(ctx, filepath.Join(dir, DiskImageName), writable, diskSizeMB); err != nil {
 			return nil, err
 		}
 	}

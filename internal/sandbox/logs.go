@@ -37,8 +37,13 @@ func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, 
 		return nil, err
 	}
 	// The node put envd's log on the sandbox's own disk (node.Instance);
-	// the sandbox cannot reach that file.
-	out, err := readLog(l.inst.LogPath, start, limit)
+	// the sandbox cannot reach that file. A paused sandbox's disk is not
+	// mounted: it has no log to show until it is resumed.
+	inst := m.instance(l)
+	if inst == nil {
+		return []LogEntry{}, nil
+	}
+	out, err := readLog(inst.LogPath, start, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: reading logs of %s: %w", id, err)
 	}

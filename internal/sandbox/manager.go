@@ -12,19 +12,30 @@
 // teams, timeouts or the store.
 //
 // Lifecycle. A sandbox is creating while its resources are being made,
-// then running; a running sandbox can be paused (frozen in place) and
-// resumed; kill ends it. Each transition is written to the store before
-// the runtime acts, so that a warren restarted after a crash can tell
-// what it left: Start adopts the running and paused sandboxes the store
-// knows on this node and removes everything else (half-made sandboxes,
-// containers, mounts and network slots nobody knows).
+// then running; a running sandbox can be paused and resumed; kill ends it.
+// A paused sandbox is kept on disk (node.PauseToDisk): its memory
+// checkpointed (or, without memory, only its files kept), its container,
+// memory, CPU share and network slot released, so that it no longer
+// counts against the node's capacity nor its team's. Resuming restores it
+// into a fresh slot with its processes, tokens and settings (or boots it
+// anew on its files). Each transition is written to the store before the
+// runtime acts, so that a warren restarted after a crash (or a host
+// reboot) can tell what it left: Start adopts the running sandboxes the
+// store knows on this node, keeps the paused ones on disk, settles those a
+// pause or resume was cut short for (recover.go), and removes everything
+// else (half-made sandboxes, containers, mounts and network slots nobody
+// knows). A running sandbox can also be snapshotted in place (a template
+// of its team, internal/template) or forked into new sandboxes
+// (snapshot.go).
 //
 // Timeouts. Every sandbox has an end time (EndAt). Create sets it to
 // start + timeout; SetTimeout moves it to now + timeout (shorter or
-// longer); Refresh and Connect only move it later. A reaper kills each
-// running sandbox whose end time has passed, or pauses it when it was
-// created with autoPause. Paused sandboxes are removed once they have been
-// paused longer than PausedRetention (the pause time is recorded).
+// longer); Refresh and Connect only move it later. A resume starts a new
+// term: now + the resume's timeout. A reaper kills each running sandbox
+// whose end time has passed, or pauses it when it was created with
+// autoPause. Paused sandboxes are removed, with their checkpoints, once
+// they have been paused longer than PausedRetention (the pause time is
+// recorded).
 //
 // Warm pools. For the templates in Config.PoolTemplates the manager keeps
 // PoolSize sandboxes started ahead of demand, with a private envd token
@@ -34,10 +45,12 @@
 // claimed sandbox is indistinguishable from a cold one, except that it
 // started earlier (StartedAt is the claim time).
 //
-// Capacity. MaxSandboxes bounds all sandboxes of this node, warm ones
-// included (ErrNoCapacity, which the API maps to 503); MaxPerTeam bounds a
-// team's sandboxes (ErrTeamLimit, 429). Admission also counts nominal
-// resources: the CPUs and memory of live, starting and warm sandboxes may
+// Capacity. MaxSandboxes bounds the running sandboxes of this node, warm
+// ones included (ErrNoCapacity, which the API maps to 503); MaxPerTeam
+// bounds a team's running sandboxes (ErrTeamLimit, 429); paused ones count
+// for neither, and a resume is admitted like a create. Admission also
+// counts nominal resources: the CPUs and memory of running, starting and
+// warm sandboxes may
 // add up to the node's totals times CPUOvercommit and MemoryOvercommit,
 // checked for every cold create and every warm sandbox the pools start
 // (ErrNoCapacity naming the resource). A sandbox asking more CPUs or
@@ -58,11 +71,9 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
-	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
-	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -129,6 +140,12 @@ type Config struct {
 	// PausedRetention is how long a sandbox may stay paused before it is
 	// removed. Default DefaultPausedRetention.
 	PausedRetention time.Duration
+	// DiskReserveMB and FreeDiskMB: a checkpoint (pause, snapshot, fork)
+	// is refused (ErrNoCapacity) when the data dir's free space, less the
+	// sandbox's memory (the checkpoint's most), would fall below the
+	// reserve. A nil FreeDiskMB: no check.
+	DiskReserveMB int64
+	FreeDiskMB    func() (int64, error)
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
@@ -165,17 +182,22 @@ type Manager struct {
 	warmTransport *http.Transport
 }
 
-// live is a sandbox of this node, with what serving it needs in memory.
+// live is a sandbox of this node, running or paused, with what serving it
+// needs in memory.
 type live struct {
-	// mu serialises lifecycle operations (kill, pause, resume) on it.
+	// mu serialises lifecycle operations (kill, pause, resume, snapshot)
+	// on it.
 	mu        sync.Mutex
 	id        string
 	teamID    string
-	inst      *node.Instance
 	transport *http.Transport
+	// Guarded by Manager.mu: inst is its resources while it runs (nil
+	// while paused), parked where it is kept while paused.
+	inst     *node.Instance
+	parked   node.Paused
+	paused   bool
+	pausedAt time.Time
 	// Copied from the record for the proxy; guarded by Manager.mu.
-	paused       bool
-	pausedAt     time.Time
 	autoResume   bool
 	trafficToken string
 	envdToken    string
@@ -184,6 +206,16 @@ type live struct {
 	cpuCount, memoryMB int
 	startedAt          time.Time
 	metrics            sampler
+	// pauseRetry is when the reaper may try again to pause it after an
+	// autoPause failed (guarded by Manager.mu).
+	pauseRetry time.Time
+}
+
+// instance is the sandbox's node instance, nil while it is paused.
+func (m *Manager) instance(l *live) *node.Instance {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return l.inst
 }
 
 // New returns a manager. Call Start before using it.
@@ -290,201 +322,10 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
-// recover adopts what the store says runs here and removes the rest.
-func (m *Manager) recover(ctx context.Context) error {
-	recs, err := m.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.NodeName})
-	if err != nil {
-		return fmt.Errorf("sandbox: listing sandboxes: %w", err)
-	}
-	keep := map[string]string{}
-	for _, r := range recs {
-		if r.State == store.StateRunning || r.State == store.StatePaused {
-			keep[r.ID] = r.Slot
-		}
-	}
-	if err := m.cfg.Node.Cleanup(ctx, keep); err != nil {
-		m.log.Warn("cleanup of leftovers was incomplete", "err", err)
-	}
-	for _, r := range recs {
-		if _, ok := keep[r.ID]; !ok {
-			// Creating (interrupted) or killed (its resources are gone now).
-			m.forget(ctx, r.ID)
-			continue
-		}
-		inst, err := m.cfg.Node.Adopt(ctx, r.ID, r.Slot)
-		if err != nil {
-			m.log.Warn("sandbox did not survive the restart", "sandbox", r.ID, "err", err)
-			if inst != nil {
-				_ = m.cfg.Node.Delete(ctx, inst)
-			}
-			m.forget(ctx, r.ID)
-			continue
-		}
-		l := m.newLive(r, inst)
-		m.mu.Lock()
-		m.live[r.ID] = l
-		m.perTeam[r.TeamID]++
-		m.mu.Unlock()
-		m.log.Info("adopted sandbox", "sandbox", r.ID, "state", r.State)
-	}
-	return nil
-}
-
 func (m *Manager) forget(ctx context.Context, id string) {
 	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		m.log.Warn("removing sandbox record", "sandbox", id, "err", err)
 	}
-}
-
-func (m *Manager) newLive(r store.Sandbox, inst *node.Instance) *live {
-	ex := ParseExtra(r.Extra)
-	l := &live{
-		id: r.ID, teamID: r.TeamID, inst: inst, transport: proxy.NewTransport(),
-		paused: r.State == store.StatePaused, pausedAt: r.PausedAt, autoResume: r.AutoResume,
-		envdToken: r.EnvdAccessToken, cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
-	}
-	if l.paused && l.pausedAt.IsZero() {
-		// Paused before pause times were recorded: its retention starts now.
-		l.pausedAt = time.Now()
-	}
-	if ex.Network != nil {
-		if ex.Network.AllowPublicTraffic != nil && !*ex.Network.AllowPublicTraffic {
-			l.trafficToken = r.TrafficAccessToken
-		}
-		l.maskHost = ex.Network.MaskRequestHost
-	}
-	return l
-}
-
-// CreateRequest is what a new sandbox needs.
-type CreateRequest struct {
-	TeamID     string
-	TemplateID string
-	Timeout    time.Duration
-	Metadata   map[string]string
-	EnvVars    map[string]string
-	AutoPause  bool
-	AutoResume bool
-	Secure     bool
-	// AllowInternetAccess is nil when the request did not say.
-	AllowInternetAccess *bool
-	Extra               Extra
-}
-
-// Create starts a sandbox, from the template's warm pool when it has one
-// ready, and returns its record.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
-	if err := validateCreate(req); err != nil {
-		return store.Sandbox{}, err
-	}
-	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	tmpl := resolved.Image
-	res := m.cfg.Resources
-	if resolved.CPUCount > 0 {
-		res.CPUCount = resolved.CPUCount
-	}
-	if resolved.MemoryMB > 0 {
-		res.MemoryMB = resolved.MemoryMB
-	}
-	if err := m.withinNode(res); err != nil {
-		return store.Sandbox{}, err
-	}
-	full, err := m.reserve(req.TeamID, res)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	reserved := true
-	defer func() {
-		if reserved {
-			m.unreserve(req.TeamID, res)
-		}
-	}()
-	now := time.Now()
-	rec := store.Sandbox{
-		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
-		StartedAt: now, EndAt: now.Add(req.Timeout),
-		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
-		EnvdVersion: envdinfo.Version, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
-		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
-		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
-		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
-	}
-
-	var inst *node.Instance
-	var token string // envd's token until /init replaces it
-	if w := m.claimWarm(tmpl); w != nil {
-		inst, token = w.inst, w.token
-	} else if full != nil {
-		return store.Sandbox{}, full
-	} else {
-		rec.ID = NewID()
-		token = rec.EnvdAccessToken
-	}
-	if inst != nil {
-		rec.ID = inst.ID
-	}
-	// The record comes first: a crash from here on leaves a "creating"
-	// record that tells the next start what to remove.
-	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		if inst != nil {
-			m.discard(inst)
-		}
-		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
-	}
-	fail := func(err error) (store.Sandbox, error) {
-		if inst != nil {
-			m.discard(inst)
-		}
-		m.forget(context.WithoutCancel(ctx), rec.ID)
-		return store.Sandbox{}, err
-	}
-	if inst == nil {
-		layers, err := m.cfg.Images.LayerDirs(tmpl)
-		if err != nil {
-			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
-		}
-		nreq := node.CreateRequest{
-			ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-			AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
-		}
-		if tmpl.Snapshot != "" {
-			// Restored with its start command running. The envd in the
-			// snapshot has the build's token; /init gives it this sandbox's.
-			token = tmpl.SnapshotToken
-			nreq.AccessToken = token
-			inst, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
-		} else {
-			inst, err = m.cfg.Node.Create(ctx, nreq)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
-		}
-	}
-	l := m.newLive(rec, inst)
-	if err := initEnvd(ctx, l, token, rec, tmpl); err != nil {
-		return fail(err)
-	}
-	started := time.Now()
-	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
-		s.State = store.StateRunning
-		s.Slot = inst.Slot.Name
-		// The clock starts when the sandbox is usable.
-		s.StartedAt = started
-		s.EndAt = started.Add(req.Timeout)
-		return nil
-	})
-	if err != nil {
-		return fail(fmt.Errorf("sandbox: recording %s: %w", rec.ID, err))
-	}
-	m.mu.Lock()
-	m.live[rec.ID] = l
-	m.starting.add(res, -1)
-	m.mu.Unlock()
-	reserved = false // the team count now belongs to the live sandbox
-	return rec, nil
 }
 
 func validateCreate(req CreateRequest) error {
@@ -545,12 +386,14 @@ func (u *usage) add(r Resources, n int) {
 	u.memoryMB += n * r.MemoryMB
 }
 
-// usedLocked adds up the sandboxes holding resources: live (running and
-// paused), being created, warm and being warmed.
+// usedLocked adds up the sandboxes holding resources: running, being
+// created or resumed, warm and being warmed. Paused ones hold none.
 func (m *Manager) usedLocked() usage {
 	u := m.starting
 	for _, l := range m.live {
-		u.add(Resources{CPUCount: l.cpuCount, MemoryMB: l.memoryMB}, 1)
+		if !l.paused {
+			u.add(Resources{CPUCount: l.cpuCount, MemoryMB: l.memoryMB}, 1)
+		}
 	}
 	for _, p := range m.pools {
 		u.add(m.cfg.Resources, p.count())
@@ -596,11 +439,12 @@ func (m *Manager) anyWarmLocked() bool {
 	return false
 }
 
-// initEnvd pushes the sandbox's identity, environment and final access
-// token into envd, authenticating with the token envd has now.
-func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmpl *image.Template) error {
+// initEnvd pushes the sandbox's identity, environment (the template's
+// envs, then the sandbox's own) and final access token into envd, and
+// sets its clock, authenticating with the token envd has now.
+func initEnvd(ctx context.Context, inst *node.Instance, rt http.RoundTripper, token string, rec store.Sandbox, templateEnvs map[string]string) error {
 	envs := map[string]string{}
-	for k, v := range tmpl.Envs {
+	for k, v := range templateEnvs {
 		envs[k] = v
 	}
 	envs["E2B_SANDBOX"] = "true"
@@ -610,26 +454,37 @@ func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmp
 	for k, v := range rec.EnvVars {
 		envs[k] = v
 	}
-	body, _ := json.Marshal(map[string]any{
+	return postInit(ctx, inst, rt, token, rec.ID, map[string]any{
 		"envVars":     envs,
 		"accessToken": rec.EnvdAccessToken,
 		"timestamp":   time.Now().UTC(),
 	})
+}
+
+// syncClock sets a resumed sandbox's clock, which stood still while it
+// was paused.
+func syncClock(ctx context.Context, inst *node.Instance, rt http.RoundTripper, rec store.Sandbox) error {
+	return postInit(ctx, inst, rt, rec.EnvdAccessToken, rec.ID, map[string]any{"timestamp": time.Now().UTC()})
+}
+
+// postInit sends envd's POST /init.
+func postInit(ctx context.Context, inst *node.Instance, rt http.RoundTripper, token, id string, body map[string]any) error {
+	data, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.inst.EnvdURL()+"/init", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.EnvdURL()+"/init", bytes.NewReader(data))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Access-Token", token)
-	res, err := l.transport.RoundTrip(req)
+	res, err := rt.RoundTrip(req)
 	if err != nil {
-		return fmt.Errorf("sandbox: initialising envd of %s: %w", rec.ID, err)
+		return fmt.Errorf("sandbox: initialising envd of %s: %w", id, err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusNoContent && res.StatusCode != http.StatusOK {
-		return fmt.Errorf("sandbox: initialising envd of %s: %s", rec.ID, res.Status)
+		return fmt.Errorf("sandbox: initialising envd of %s: %s", id, res.Status)
 	}
 	return nil
 }
@@ -676,48 +531,6 @@ func (m *Manager) lookup(teamID, id string) (*live, error) {
 	return l, nil
 }
 
-// Kill ends a team's sandbox and removes it.
-func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
-	l, err := m.lookup(teamID, id)
-	if err != nil {
-		return err
-	}
-	return m.kill(ctx, l)
-}
-
-func (m *Manager) kill(ctx context.Context, l *live) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return m.killLocked(ctx, l)
-}
-
-// killLocked is kill with l.mu held.
-func (m *Manager) killLocked(ctx context.Context, l *live) error {
-	m.mu.Lock()
-	if m.live[l.id] != l {
-		m.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNotFound, l.id) // killed meanwhile
-	}
-	delete(m.live, l.id)
-	m.perTeam[l.teamID]--
-	if m.perTeam[l.teamID] <= 0 {
-		delete(m.perTeam, l.teamID)
-	}
-	m.mu.Unlock()
-	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
-	if err := m.setState(ctx, l.id, store.StateKilled, time.Time{}); err != nil {
-		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
-	}
-	l.transport.CloseIdleConnections()
-	if err := m.cfg.Node.Delete(ctx, l.inst); err != nil {
-		// The record stays "killed": the next start removes what is left.
-		return fmt.Errorf("sandbox: removing %s: %w", l.id, err)
-	}
-	l.transport.CloseIdleConnections()
-	m.forget(ctx, l.id)
-	return nil
-}
-
 // SetTimeout makes the sandbox expire timeout from now.
 func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
 	if timeout < 0 {
@@ -755,158 +568,6 @@ func (m *Manager) moveEnd(ctx context.Context, teamID, id string, move func(time
 	return err
 }
 
-// Connect returns a running sandbox, resuming it if paused, and makes it
-// live at least timeout longer. resumed tells whether it was paused.
-func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration) (rec store.Sandbox, resumed bool, err error) {
-	l, err := m.lookup(teamID, id)
-	if err != nil {
-		return store.Sandbox{}, false, err
-	}
-	if resumed, err = m.resume(ctx, l); err != nil {
-		return store.Sandbox{}, false, err
-	}
-	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
-		if !visible(s.State) {
-			return fmt.Errorf("%w: %s", ErrNotFound, id)
-		}
-		s.EndAt = later(s.EndAt, time.Now().Add(timeout))
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		err = fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return rec, resumed, err
-}
-
-// Pause freezes a running sandbox in place. It reports false if the
-// sandbox was already paused.
-func (m *Manager) Pause(ctx context.Context, teamID, id string) (bool, error) {
-	l, err := m.lookup(teamID, id)
-	if err != nil {
-		return false, err
-	}
-	return m.pause(ctx, l)
-}
-
-func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	paused, err := m.pausedNow(l)
-	if err != nil {
-		return false, err
-	}
-	if paused {
-		return false, nil
-	}
-	pausedAt := time.Now()
-	if err := m.setState(ctx, l.id, store.StatePaused, pausedAt); err != nil {
-		return false, err
-	}
-	if err := m.cfg.Node.Pause(ctx, l.inst); err != nil {
-		m.restoreState(ctx, l.id, store.StateRunning, time.Time{})
-		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
-	}
-	l.transport.CloseIdleConnections()
-	m.mu.Lock()
-	l.paused, l.pausedAt = true, pausedAt
-	m.mu.Unlock()
-	return true, nil
-}
-
-// resume thaws a paused sandbox; it reports whether it was paused. Like
-// every transition, it is recorded before the runtime acts, and undone in
-// the record if the runtime fails.
-func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	paused, err := m.pausedNow(l)
-	if err != nil {
-		return false, err
-	}
-	if !paused {
-		return false, nil
-	}
-	m.mu.Lock()
-	pausedAt := l.pausedAt
-	m.mu.Unlock()
-	if err := m.setState(ctx, l.id, store.StateRunning, time.Time{}); err != nil {
-		return false, err
-	}
-	if err := m.cfg.Node.Resume(ctx, l.inst); err != nil {
-		m.restoreState(ctx, l.id, store.StatePaused, pausedAt)
-		return false, fmt.Errorf("sandbox: resuming %s: %w", l.id, err)
-	}
-	m.mu.Lock()
-	l.paused, l.pausedAt = false, time.Time{}
-	m.mu.Unlock()
-	return true, nil
-}
-
-// pausedNow reports whether a live sandbox is paused, or ErrNotFound if
-// it was killed meanwhile. The caller holds l.mu.
-func (m *Manager) pausedNow(l *live) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.live[l.id] != l {
-		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
-	}
-	return l.paused, nil
-}
-
-// setState records a sandbox's state and when it was paused (zero
-// unless st is paused).
-func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState, pausedAt time.Time) error {
-	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
-		s.State = st
-		s.PausedAt = pausedAt
-		return nil
-	})
-	return err
-}
-
-// restoreState puts back the record of a transition the runtime failed,
-// whatever the caller's context.
-func (m *Manager) restoreState(ctx context.Context, id string, st store.SandboxState, pausedAt time.Time) {
-	if err := m.setState(context.WithoutCancel(ctx), id, st, pausedAt); err != nil {
-		m.log.Error("restoring a sandbox's record after a failed transition", "sandbox", id, "state", st, "err", err)
-	}
-}
-
-// Resolve implements proxy.Resolver: it finds a live sandbox for sandbox
-// traffic without changing it. A paused sandbox is found only when it was
-// created with autoResume; the proxy then calls Resume, after it has
-// checked the request's token.
-func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.live[id]
-	if l == nil || (l.paused && !l.autoResume) {
-		return proxy.Target{}, proxy.ErrNotFound
-	}
-	return proxy.Target{
-		IP: l.inst.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
-		EnvdAccessToken: l.envdToken, Paused: l.paused,
-	}, nil
-}
-
-// Resume implements proxy.Resolver: it resumes a paused autoResume
-// sandbox for traffic that has shown its credentials.
-func (m *Manager) Resume(ctx context.Context, id string) error {
-	m.mu.Lock()
-	l := m.live[id]
-	m.mu.Unlock()
-	if l == nil || !l.autoResume {
-		return proxy.ErrNotFound
-	}
-	if _, err := m.resume(ctx, l); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return proxy.ErrNotFound
-		}
-		return err
-	}
-	return nil
-}
-
 // every runs fn each interval until the manager stops.
 func (m *Manager) every(interval time.Duration, fn func()) {
 	defer m.wg.Done()
@@ -918,71 +579,6 @@ func (m *Manager) every(interval time.Duration, fn func()) {
 			return
 		case <-t.C:
 			fn()
-		}
-	}
-}
-
-// reap kills (or pauses) expired sandboxes, and removes those paused for
-// longer than the retention.
-func (m *Manager) reap() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	m.reapPaused(ctx)
-	expired, err := m.cfg.Store.ExpiredSandboxes(ctx, time.Now())
-	if err != nil {
-		m.log.Warn("listing expired sandboxes", "err", err)
-		return
-	}
-	for _, r := range expired {
-		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
-			continue // paused sandboxes stay until killed or resumed
-		}
-		l, err := m.lookup("", r.ID)
-		if err != nil {
-			continue
-		}
-		if r.AutoPause {
-			_, err = m.pause(ctx, l)
-		} else {
-			err = m.kill(ctx, l)
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			m.log.Warn("ending an expired sandbox", "sandbox", r.ID, "err", err)
-		} else {
-			m.log.Info("sandbox timed out", "sandbox", r.ID, "paused", r.AutoPause)
-		}
-	}
-}
-
-// reapPaused removes the sandboxes paused for longer than the retention.
-func (m *Manager) reapPaused(ctx context.Context) {
-	cutoff := time.Now().Add(-m.cfg.PausedRetention)
-	m.mu.Lock()
-	var old []*live
-	for _, l := range m.live {
-		if l.paused && l.pausedAt.Before(cutoff) {
-			old = append(old, l)
-		}
-	}
-	m.mu.Unlock()
-	for _, l := range old {
-		l.mu.Lock()
-		m.mu.Lock()
-		still := m.live[l.id] == l && l.paused && l.pausedAt.Before(cutoff) // not resumed meanwhile
-		pausedAt := l.pausedAt
-		m.mu.Unlock()
-		var err error
-		if still {
-			err = m.killLocked(ctx, l)
-		}
-		l.mu.Unlock()
-		switch {
-		case !still || errors.Is(err, ErrNotFound):
-		case err != nil:
-			m.log.Warn("removing a sandbox paused past the retention", "sandbox", l.id, "err", err)
-		default:
-			m.log.Info("removed a sandbox paused longer than the retention (--paused-retention)",
-				"sandbox", l.id, "team", l.teamID, "paused_at", pausedAt, "retention", m.cfg.PausedRetention)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func setupFixture(t *testing.T) {
 	fixtureOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
-		if fixtureErr = setup.Run(ctx, setup.Options{Runtimes: []string{"runc"}}, os.Stderr); fixtureErr != nil {
+		if fixtureErr = setup.Run(ctx, setup.Options{Runtimes: []string{"runc", "runsc"}}, os.Stderr); fixtureErr != nil {
 			return
 		}
 		dir, err := os.MkdirTemp("", "warren-sandbox-test-")
@@ -86,10 +86,32 @@ func newStore(t *testing.T) store.Store {
 
 func start(t *testing.T, st store.Store, cfg Config) *env {
 	t.Helper()
+	return startWith(t, st, cfg, envOptions{})
+}
+
+// envOptions choose a run's runtime: runc by default (fast), runsc where
+// checkpoints are needed; wrap, if set, wraps it (to make it fail).
+type envOptions struct {
+	runtime string
+	wrap    func(runtime.Runtime) runtime.Runtime
+}
+
+func startWith(t *testing.T, st store.Store, cfg Config, o envOptions) *env {
+	t.Helper()
 	setupFixture(t)
-	rt, err := runtime.New("runc", runtime.Config{StateDir: "/run/warren-sandbox-test/runc", CgroupParent: "/warren-sandbox-test"})
+	if o.runtime == "" {
+		o.runtime = "runc"
+	}
+	rcfg := runtime.Config{StateDir: "/run/warren-sandbox-test/" + o.runtime, CgroupParent: "/warren-sandbox-test"}
+	if o.runtime == "runsc" {
+		rcfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+	}
+	rt, err := runtime.New(o.runtime, rcfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.wrap != nil {
+		rt = o.wrap(rt)
 	}
 	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.123.0.0/20"), Prefix: "wst", PoolSize: 1})
 	if err != nil {
@@ -329,43 +351,5 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", rec.ID)); !os.IsNotExist(err) {
 		t.Errorf("its root filesystem is left: %v", err)
-	}
-}
-
-func TestPauseAndConnectResumes(t *testing.T) {
-	e := start(t, newStore(t), Config{})
-	defer e.destroy()
-	ctx := context.Background()
-	rec, err := e.create(CreateRequest{AutoResume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID); !ok || err != nil {
-		t.Fatalf("pause: %v %v", ok, err)
-	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StatePaused {
-		t.Errorf("state %s after pause", got.State)
-	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute); !resumed || err != nil {
-		t.Errorf("connect: resumed=%v %v", resumed, err)
-	}
-	if status, _ := envdEnv(t, e.mgr, rec); status != 200 {
-		t.Errorf("envd after resume: %d", status)
-	}
-	// Resolving traffic changes nothing; the proxy resumes a paused
-	// autoResume sandbox once the request has shown its token.
-	e.mgr.Pause(ctx, "t1", rec.ID)
-	target, err := e.mgr.Resolve(ctx, rec.ID)
-	if err != nil || !target.Paused || target.EnvdAccessToken != rec.EnvdAccessToken {
-		t.Errorf("resolve: %+v %v", target, err)
-	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StatePaused {
-		t.Errorf("state %s after a resolve", got.State)
-	}
-	if err := e.mgr.Resume(ctx, rec.ID); err != nil {
-		t.Errorf("resume: %v", err)
-	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StateRunning || !got.PausedAt.IsZero() {
-		t.Errorf("state %s, paused at %v after traffic", got.State, got.PausedAt)
 	}
 }

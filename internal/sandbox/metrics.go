@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -18,6 +19,10 @@ type Metric struct {
 	DiskUsed   int64
 	DiskTotal  int64
 }
+
+// errPaused: a paused sandbox has nothing to sample; its samples from
+// before the pause stay.
+var errPaused = errors.New("sandbox is paused")
 
 // sampleInterval is how often running sandboxes are sampled, and
 // sampleKeep how many samples each keeps (an hour's worth).
@@ -37,7 +42,11 @@ type sampler struct {
 
 // sample reads the sandbox's cgroup and file system now and records it.
 func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
-	st, err := m.cfg.Node.Stats(ctx, l.inst)
+	inst := m.instance(l)
+	if inst == nil {
+		return Metric{}, errPaused
+	}
+	st, err := m.cfg.Node.Stats(ctx, inst)
 	if err != nil {
 		return Metric{}, err
 	}
@@ -60,7 +69,7 @@ func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 	}
 	// overlayfs reports its upper file system: the sandbox's own disk.
 	var fs unix.Statfs_t
-	if l.inst.Rootfs != nil && unix.Statfs(l.inst.Rootfs.Dir(), &fs) == nil {
+	if inst.Rootfs != nil && unix.Statfs(inst.Rootfs.Dir(), &fs) == nil {
 		met.DiskTotal = int64(fs.Blocks) * fs.Bsize
 		met.DiskUsed = int64(fs.Blocks-fs.Bfree) * fs.Bsize
 	}
@@ -83,7 +92,7 @@ func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end tim
 	empty := len(l.metrics.samples) == 0
 	l.metrics.mu.Unlock()
 	if empty {
-		if _, err := m.sample(ctx, l); err != nil {
+		if _, err := m.sample(ctx, l); err != nil && !errors.Is(err, errPaused) {
 			return nil, err
 		}
 	}

@@ -129,16 +129,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	dataDir := cfg.DataDir
+	freeMB := func() (int64, error) { return hostres.FreeMB(dataDir) }
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		Resolve:  builder.SandboxTemplate,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
+		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	})
 	if err != nil {
 		return err
 	}
+	builder.UseSandboxes(mgr) // sandbox snapshots are templates
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
@@ -157,11 +161,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
 
-	dataDir := cfg.DataDir
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
 		Store: st, Sandboxes: mgr, Templates: builder, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
-		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: func() (int64, error) { return hostres.FreeMB(dataDir) },
+		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
 	proxySrv := proxy.NewHTTPServer(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
 	errc := make(chan error, 2)

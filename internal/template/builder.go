@@ -133,6 +133,8 @@ type Builder struct {
 	running map[string]*runningBuild // by build ID
 	closed  bool
 	wg      sync.WaitGroup
+	// sandboxes takes sandboxes' snapshots (UseSandboxes); guarded by mu.
+	sandboxes Snapshotter
 }
 
 // New returns a Builder; call Start before serving.
@@ -188,11 +190,12 @@ const interruptedReason = "the build was interrupted: warren stopped while it ra
 
 // Start marks the builds a previous run of warren left waiting or
 // building as failed, since nothing runs them any more, and removes the
-// uploads it was receiving. Their build
+// uploads it was receiving and the sandbox snapshots it had not recorded. Their build
 // sandboxes were removed by the sandbox manager's start (they are not in
 // the store), and their unfinished layers by the image store's cleanup.
 func (b *Builder) Start(ctx context.Context) error {
 	b.removeStaleUploads()
+	b.removeOrphanSnapshots(ctx)
 	builds, err := b.cfg.Store.BuildsByStatus(ctx, store.BuildWaiting, store.BuildBuilding)
 	if err != nil {
 		return err

@@ -386,9 +386,9 @@ func (b *Builder) Get(ctx context.Context, teamID, ref string) (TemplateInfo, er
 }
 
 // Delete removes one of the team's templates: its running builds are
-// cancelled, and its records, build images and uploaded files are
-// deleted. Layers and snapshots stay: other templates and the cache share
-// them.
+// cancelled, and its records, build images, uploaded files and the
+// snapshots it took of sandboxes are deleted. Layers and start-command
+// snapshots stay: other templates and the cache share them.
 // Sandboxes running from it keep running.
 func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	t, _, err := b.owned(ctx, teamID, ref)
@@ -405,7 +405,7 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	if err := b.cfg.Store.DeleteTemplate(ctx, t.ID); err != nil {
 		return err
 	}
-	var errs []error
+	errs := []error{b.removeSnapshotFiles(builds)}
 	for _, bd := range builds {
 		errs = append(errs, b.cfg.Images.RemoveTemplate(bd.ID))
 	}

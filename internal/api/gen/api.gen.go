@@ -79,6 +79,7 @@ type BuildStatusReason struct {
 
 // ConnectSandbox defines model for ConnectSandbox.
 type ConnectSandbox struct {
+	// Memory false: a paused sandbox boots anew on its files instead of restoring its memory.
 	Memory  *bool  `json:"memory,omitempty"`
 	Timeout *int32 `json:"timeout,omitempty"`
 }
@@ -94,6 +95,12 @@ type Error struct {
 	// Code The HTTP status.
 	Code    int32  `json:"code"`
 	Message string `json:"message"`
+}
+
+// ForkSandbox defines model for ForkSandbox.
+type ForkSandbox struct {
+	Count   *int32 `json:"count,omitempty"`
+	Timeout *int32 `json:"timeout,omitempty"`
 }
 
 // FromImageRegistry defines model for FromImageRegistry.
@@ -154,6 +161,25 @@ type NewSandbox struct {
 	VolumeMounts *[]VolumeMount `json:"volumeMounts,omitempty"`
 }
 
+// NewSnapshot defines model for NewSnapshot.
+type NewSnapshot struct {
+	// Name name or name:tag (a namespace/ before it is accepted and dropped).
+	Name *string `json:"name,omitempty"`
+}
+
+// PauseSandbox defines model for PauseSandbox.
+type PauseSandbox struct {
+	// Memory false: keep only the files.
+	Memory *bool `json:"memory,omitempty"`
+}
+
+// ResumedSandbox defines model for ResumedSandbox.
+type ResumedSandbox struct {
+	AutoPause *bool  `json:"autoPause,omitempty"`
+	Memory    *bool  `json:"memory,omitempty"`
+	Timeout   *int32 `json:"timeout,omitempty"`
+}
+
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
 	Alias *string `json:"alias,omitempty"`
@@ -190,6 +216,12 @@ type SandboxDetail struct {
 	State               SandboxState          `json:"state"`
 	TemplateID          string                `json:"templateID"`
 	VolumeMounts        *[]VolumeMount        `json:"volumeMounts,omitempty"`
+}
+
+// SandboxForkResult defines model for SandboxForkResult.
+type SandboxForkResult struct {
+	Error   *Error   `json:"error,omitempty"`
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
 }
 
 // SandboxLifecycle defines model for SandboxLifecycle.
@@ -246,6 +278,14 @@ type SandboxNetworkConfig struct {
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
+
+// SnapshotInfo defines model for SnapshotInfo.
+type SnapshotInfo struct {
+	Names []string `json:"names"`
+
+	// SnapshotID Usable as templateID in a create.
+	SnapshotID string `json:"snapshotID"`
+}
 
 // StringMap defines model for StringMap.
 type StringMap map[string]string
@@ -430,6 +470,14 @@ type SetSandboxTimeoutJSONBody struct {
 	Timeout int32 `json:"timeout"`
 }
 
+// ListSnapshotsParams defines parameters for ListSnapshots.
+type ListSnapshotsParams struct {
+	SandboxID *string `form:"sandboxID,omitempty" json:"sandboxID,omitempty"`
+	Name      *string `form:"name,omitempty" json:"name,omitempty"`
+	Limit     *int32  `form:"limit,omitempty" json:"limit,omitempty"`
+	NextToken *string `form:"nextToken,omitempty" json:"nextToken,omitempty"`
+}
+
 // ListTemplatesParams defines parameters for ListTemplates.
 type ListTemplatesParams struct {
 	TeamID *string `form:"teamID,omitempty" json:"teamID,omitempty"`
@@ -469,8 +517,20 @@ type CreateSandboxJSONRequestBody = NewSandbox
 // ConnectSandboxJSONRequestBody defines body for ConnectSandbox for application/json ContentType.
 type ConnectSandboxJSONRequestBody = ConnectSandbox
 
+// ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
+type ForkSandboxJSONRequestBody = ForkSandbox
+
+// PauseSandboxJSONRequestBody defines body for PauseSandbox for application/json ContentType.
+type PauseSandboxJSONRequestBody = PauseSandbox
+
 // RefreshSandboxJSONRequestBody defines body for RefreshSandbox for application/json ContentType.
 type RefreshSandboxJSONRequestBody RefreshSandboxJSONBody
+
+// ResumeSandboxJSONRequestBody defines body for ResumeSandbox for application/json ContentType.
+type ResumeSandboxJSONRequestBody = ResumedSandbox
+
+// CreateSnapshotJSONRequestBody defines body for CreateSnapshot for application/json ContentType.
+type CreateSnapshotJSONRequestBody = NewSnapshot
 
 // SetSandboxTimeoutJSONRequestBody defines body for SetSandboxTimeout for application/json ContentType.
 type SetSandboxTimeoutJSONRequestBody SetSandboxTimeoutJSONBody
@@ -517,17 +577,32 @@ type ServerInterface interface {
 	// (POST /sandboxes/{sandboxID}/connect)
 	ConnectSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 
+	// (POST /sandboxes/{sandboxID}/fork)
+	ForkSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
 	// (GET /sandboxes/{sandboxID}/logs)
 	GetSandboxLogs(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxLogsParams)
 
 	// (GET /sandboxes/{sandboxID}/metrics)
 	GetSandboxMetrics(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxMetricsParams)
 
+	// (POST /sandboxes/{sandboxID}/pause)
+	PauseSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
 	// (POST /sandboxes/{sandboxID}/refreshes)
 	RefreshSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 
+	// (POST /sandboxes/{sandboxID}/resume)
+	ResumeSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
+	// (POST /sandboxes/{sandboxID}/snapshots)
+	CreateSnapshot(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
 	// (POST /sandboxes/{sandboxID}/timeout)
 	SetSandboxTimeout(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
+	// (GET /snapshots)
+	ListSnapshots(w http.ResponseWriter, r *http.Request, params ListSnapshotsParams)
 
 	// (GET /templates)
 	ListTemplates(w http.ResponseWriter, r *http.Request, params ListTemplatesParams)
@@ -744,6 +819,37 @@ func (siw *ServerInterfaceWrapper) ConnectSandbox(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// ForkSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ForkSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForkSandbox(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetSandboxLogs operation middleware
 func (siw *ServerInterfaceWrapper) GetSandboxLogs(w http.ResponseWriter, r *http.Request) {
 
@@ -844,6 +950,37 @@ func (siw *ServerInterfaceWrapper) GetSandboxMetrics(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// PauseSandbox operation middleware
+func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseSandbox(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // RefreshSandbox operation middleware
 func (siw *ServerInterfaceWrapper) RefreshSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -875,6 +1012,68 @@ func (siw *ServerInterfaceWrapper) RefreshSandbox(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// ResumeSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeSandbox(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSnapshot operation middleware
+func (siw *ServerInterfaceWrapper) CreateSnapshot(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSnapshot(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // SetSandboxTimeout operation middleware
 func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *http.Request) {
 
@@ -897,6 +1096,63 @@ func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *h
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.SetSandboxTimeout(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSnapshots operation middleware
+func (siw *ServerInterfaceWrapper) ListSnapshots(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSnapshotsParams
+
+	// ------------- Optional query parameter "sandboxID" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "sandboxID", r.URL.Query(), &params.SandboxID)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "name" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "name", r.URL.Query(), &params.Name)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "limit", r.URL.Query(), &params.Limit)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "nextToken" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "nextToken", r.URL.Query(), &params.NextToken)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "nextToken", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSnapshots(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1599,10 +1855,15 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("DELETE "+options.BaseURL+"/sandboxes/{sandboxID}", wrapper.KillSandbox)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}", wrapper.GetSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/connect", wrapper.ConnectSandbox)
+	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/fork", wrapper.ForkSandbox)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogs)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}/metrics", wrapper.GetSandboxMetrics)
+	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/pause", wrapper.PauseSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/refreshes", wrapper.RefreshSandbox)
+	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/resume", wrapper.ResumeSandbox)
+	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/snapshots", wrapper.CreateSnapshot)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/timeout", wrapper.SetSandboxTimeout)
+	m.HandleFunc("GET "+options.BaseURL+"/snapshots", wrapper.ListSnapshots)
 	m.HandleFunc("GET "+options.BaseURL+"/templates", wrapper.ListTemplates)
 	m.HandleFunc("DELETE "+options.BaseURL+"/templates/tags", wrapper.DeleteTemplateTags)
 	m.HandleFunc("POST "+options.BaseURL+"/templates/tags", wrapper.AssignTemplateTags)

@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/envdinfo"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// CreateRequest is what a new sandbox needs.
+type CreateRequest struct {
+	TeamID     string
+	TemplateID string
+	Timeout    time.Duration
+	Metadata   map[string]string
+	EnvVars    map[string]string
+	AutoPause  bool
+	// AutoPauseMemory is whether a pause on timeout keeps the memory;
+	// nil: it does.
+	AutoPauseMemory *bool
+	AutoResume      bool
+	Secure          bool
+	// AllowInternetAccess is nil when the request did not say.
+	AllowInternetAccess *bool
+	Extra               Extra
+}
+
+// imageInfo is what a sandbox's root filesystem and envd were made from,
+// kept in its record (store.Sandbox.Image) so that resuming and forking it
+// need nothing of its template, which may have been rebuilt or deleted
+// since.
+type imageInfo struct {
+	// Layers are the image store's layer IDs, bottom first.
+	Layers  []string          `json:"layers"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Envs    map[string]string `json:"envs,omitempty"`
+}
+
+func imageOf(t *image.Template) imageInfo {
+	return imageInfo{Layers: t.Layers, User: t.User, Workdir: t.Workdir, Envs: t.Envs}
+}
+
+func (i imageInfo) String() string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+func parseImage(rec store.Sandbox) (imageInfo, error) {
+	var i imageInfo
+	if err := json.Unmarshal([]byte(rec.Image), &i); err != nil || len(i.Layers) == 0 {
+		return imageInfo{}, fmt.Errorf("sandbox: %s has no record of its image (%v)", rec.ID, err)
+	}
+	return i, nil
+}
+
+// nodeRequest is the one place that turns a sandbox's record into what the
+// node makes it from: every sandbox that exists already (resumed, forked,
+// created from a snapshot) is made from its record alone, so that
+// whatever a record carries reaches the node the same way on every path.
+func (m *Manager) nodeRequest(rec store.Sandbox) (node.CreateRequest, error) {
+	img, err := parseImage(rec)
+	if err != nil {
+		return node.CreateRequest{}, err
+	}
+	layers, err := m.cfg.Images.LayerDirs(&image.Template{ID: rec.TemplateID, Layers: img.Layers})
+	if err != nil {
+		return node.CreateRequest{}, fmt.Errorf("sandbox: %s: %w", rec.ID, err)
+	}
+	return node.CreateRequest{
+		ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
+		AccessToken: rec.EnvdAccessToken, User: img.User, Workdir: img.Workdir,
+	}, nil
+}
+
+// Create starts a sandbox, from the template's warm pool when it has one
+// ready, and returns its record.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	if err := m.validateCreate(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return m.createFrom(ctx, req, resolved)
+}
+
+// createFrom creates a sandbox of a resolved template: booted over its
+// layers, or restored from its snapshot (a build's, a sandbox's or a
+// fork's).
+func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
+	tmpl := resolved.Image
+	snapshotDir := ""
+	if tmpl.Snapshot != "" {
+		snapshotDir = m.cfg.Images.SnapshotDir(tmpl.Snapshot)
+	}
+	res := m.cfg.Resources
+	if resolved.CPUCount > 0 {
+		res.CPUCount = resolved.CPUCount
+	}
+	if resolved.MemoryMB > 0 {
+		res.MemoryMB = resolved.MemoryMB
+	}
+	diskImage := ""
+	if tmpl.SnapshotDisk {
+		diskImage = filepath.Join(snapshotDir, node.SnapshotDiskName)
+		size, err := rootfs.DiskSizeMB(diskImage)
+		if err != nil {
+			return store.Sandbox{}, fmt.Errorf("%w: %s: its snapshot's disk is gone: %v", ErrTemplateNotFound, req.TemplateID, err)
+		}
+		res.DiskSizeMB = size
+	}
+	if err := m.withinNode(res); err != nil {
+		return store.Sandbox{}, err
+	}
+	full, err := m.reserve(req.TeamID, res)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			m.unreserve(req.TeamID, res)
+		}
+	}()
+	now := time.Now()
+	rec := store.Sandbox{
+		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
+		StartedAt: now, EndAt: now.Add(req.Timeout),
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
+		EnvdVersion: envdinfo.Version, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),
+		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
+		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory == nil || *req.AutoPauseMemory,
+		AutoResume: req.AutoResume, Secure: true,
+		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
+		Image: imageOf(tmpl).String(),
+	}
+
+	var inst *node.Instance
+	var token string // envd's token until /init replaces it
+	var w *warm
+	if snapshotDir == "" {
+		w = m.claimWarm(tmpl)
+	}
+	if w != nil {
+		inst, token = w.inst, w.token
+		rec.ID = inst.ID
+	} else if full != nil {
+		return store.Sandbox{}, full
+	} else {
+		rec.ID = NewID()
+		token = rec.EnvdAccessToken
+	}
+	// The record comes first: a crash from here on leaves a "creating"
+	// record that tells the next start what to remove.
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		if inst != nil {
+			m.discard(inst)
+		}
+		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
+	}
+	fail := func(err error) (store.Sandbox, error) {
+		if inst != nil {
+			m.discard(inst)
+		}
+		m.forget(context.WithoutCancel(ctx), rec.ID)
+		return store.Sandbox{}, err
+	}
+	if inst == nil {
+		nreq, err := m.nodeRequest(rec)
+		if err != nil {
+			return fail(err)
+		}
+		if snapshotDir != "" {
+			// Restored with its processes running. The envd in the
+			// snapshot has the snapshotted sandbox's token; /init gives
+			// it this sandbox's.
+			token = tmpl.SnapshotToken
+			nreq.DiskImage = diskImage
+			inst, err = m.cfg.Node.Restore(ctx, nreq, snapshotDir)
+		} else {
+			inst, err = m.cfg.Node.Create(ctx, nreq)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
+		}
+	}
+	l := m.newLive(rec, inst)
+	if err := initEnvd(ctx, inst, l.transport, token, rec, tmpl.Envs); err != nil {
+		return fail(err)
+	}
+	started := time.Now()
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
+		s.State = store.StateRunning
+		s.Slot = inst.Slot.Name
+		// The clock starts when the sandbox is usable.
+		s.StartedAt = started
+		s.EndAt = started.Add(req.Timeout)
+		return nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: recording %s: %w", rec.ID, err))
+	}
+	m.mu.Lock()
+	m.live[rec.ID] = l
+	m.starting.add(res, -1)
+	m.mu.Unlock()
+	reserved = false // the team count now belongs to the live sandbox
+	return rec, nil
+}
+
+func (m *Manager) validateCreate(req CreateRequest) error {
+	if err := validateCreate(req); err != nil {
+		return err
+	}
+	if req.AutoPause && (req.AutoPauseMemory == nil || *req.AutoPauseMemory) && !m.canCheckpoint() {
+		return fmt.Errorf("%w: autoPause keeps the sandbox's memory, which needs checkpoints, and this node's %s runtime cannot checkpoint here (%s): set autoPauseMemory false to keep only its files",
+			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)
+	}
+	return nil
+}
+
+func (m *Manager) canCheckpoint() bool { return m.cfg.Node.Runtime().Capabilities().Checkpoint }
+
+// newLive is a live sandbox of record r: running in inst, or paused (inst
+// nil, parked where r says).
+func (m *Manager) newLive(r store.Sandbox, inst *node.Instance) *live {
+	ex := ParseExtra(r.Extra)
+	l := &live{
+		id: r.ID, teamID: r.TeamID, inst: inst, transport: proxy.NewTransport(),
+		paused: r.State == store.StatePaused, pausedAt: r.PausedAt, autoResume: r.AutoResume,
+		envdToken: r.EnvdAccessToken, cpuCount: r.CPUCount, memoryMB: r.MemoryMB, startedAt: r.StartedAt,
+	}
+	if l.paused {
+		l.parked = node.Paused{ID: r.ID, Dir: r.RootfsDir, Checkpoint: r.Checkpoint}
+		if l.pausedAt.IsZero() {
+			// Paused before pause times were recorded: its retention starts now.
+			l.pausedAt = time.Now()
+		}
+	}
+	if ex.Network != nil {
+		if ex.Network.AllowPublicTraffic != nil && !*ex.Network.AllowPublicTraffic {
+			l.trafficToken = r.TrafficAccessToken
+		}
+		l.maskHost = ex.Network.MaskRequestHost
+	}
+	return l
+}
+
+// checkpointSpace refuses a checkpoint of a sandbox of memoryMB when the
+// data dir would be left with less than the reserve.
+func (m *Manager) checkpointSpace(memoryMB int) error {
+	if m.cfg.FreeDiskMB == nil {
+		return nil
+	}
+	free, err := m.cfg.FreeDiskMB()
+	if err != nil {
+		return fmt.Errorf("sandbox: reading the data dir's free space: %w", err)
+	}
+	if free-int64(memoryMB) < m.cfg.DiskReserveMB {
+		return fmt.Errorf("%w: the data dir has %d MB free, too little for a checkpoint of up to %d MB above the %d MB reserve (--disk-reserve-mb); retry later",
+			ErrNoCapacity, free, memoryMB, m.cfg.DiskReserveMB)
+	}
+	return nil
+}

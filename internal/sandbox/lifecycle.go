@@ -1,0 +1,496 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Pause, resume, kill, and the reaper.
+
+// Timeouts of resumes that name none: POST /sandboxes/{id}/resume's (E2B's
+// default sandbox timeout) and a resume by proxy traffic's (E2B's
+// auto-resume default).
+const (
+	DefaultResumeTimeout  = 15 * time.Second
+	TrafficResumeTimeout  = 5 * time.Minute
+	autoPauseRetryBackoff = 30 * time.Second
+)
+
+// ResumeError says that a paused sandbox could not be resumed, and which
+// step failed. The sandbox is still paused, its files and checkpoint
+// intact, and a later resume may succeed; the API answers 500 with Step
+// (Err, which may name host paths, goes to the log only).
+type ResumeError struct {
+	ID   string
+	Step string
+	Err  error
+}
+
+func (e *ResumeError) Error() string {
+	return fmt.Sprintf("sandbox: resuming %s failed %s: %v", e.ID, e.Step, e.Err)
+}
+
+func (e *ResumeError) Unwrap() error { return e.Err }
+
+// Kill ends a team's sandbox and removes it, running or paused.
+func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return err
+	}
+	return m.kill(ctx, l)
+}
+
+func (m *Manager) kill(ctx context.Context, l *live) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return m.killLocked(ctx, l)
+}
+
+// killLocked is kill with l.mu held.
+func (m *Manager) killLocked(ctx context.Context, l *live) error {
+	m.mu.Lock()
+	if m.live[l.id] != l {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, l.id) // killed meanwhile
+	}
+	delete(m.live, l.id)
+	if !l.paused {
+		m.uncountLocked(l.teamID)
+	}
+	inst, parked := l.inst, l.parked
+	m.mu.Unlock()
+	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
+	if err := m.setState(ctx, l.id, store.StateKilled, func(*store.Sandbox) {}); err != nil {
+		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
+	}
+	l.transport.CloseIdleConnections()
+	var err error
+	if inst != nil {
+		err = m.cfg.Node.Delete(ctx, inst)
+	} else {
+		err = m.cfg.Node.DeletePaused(ctx, parked) // its checkpoint and files
+	}
+	if err != nil {
+		// The record stays "killed": the next start removes what is left.
+		return fmt.Errorf("sandbox: removing %s: %w", l.id, err)
+	}
+	l.transport.CloseIdleConnections()
+	m.forget(ctx, l.id)
+	return nil
+}
+
+// uncountLocked takes a sandbox off its team's count.
+func (m *Manager) uncountLocked(teamID string) {
+	m.perTeam[teamID]--
+	if m.perTeam[teamID] <= 0 {
+		delete(m.perTeam, teamID)
+	}
+}
+
+// Pause pauses a running sandbox to disk, with its memory (keepMemory) or
+// only its files. It reports false if the sandbox was already paused.
+func (m *Manager) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return false, err
+	}
+	if keepMemory && !m.canCheckpoint() {
+		return false, fmt.Errorf("%w: pausing with the memory needs checkpoints, which this node's %s runtime cannot do here (%s): pause with {\"memory\": false} to keep only the files",
+			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)
+	}
+	return m.pause(ctx, l, keepMemory)
+}
+
+// pause checkpoints l to disk and releases everything else it holds. The
+// record says paused (and where it is kept) before the runtime acts; a
+// checkpoint that fails leaves the sandbox running and its record as it
+// was.
+func (m *Manager) pause(ctx context.Context, l *live, keepMemory bool) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return m.pauseLocked(ctx, l, keepMemory)
+}
+
+// pauseLocked is pause with l.mu held.
+func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (bool, error) {
+	paused, err := m.pausedNow(l)
+	if err != nil || paused {
+		return false, err
+	}
+	if keepMemory {
+		if err := m.checkpointSpace(l.memoryMB); err != nil {
+			return false, err
+		}
+	}
+	inst := m.instance(l)
+	pausedAt := time.Now()
+	checkpoint := ""
+	if keepMemory {
+		checkpoint = inst.Rootfs.CheckpointDir()
+	}
+	// The slot is released by the pause: the record no longer names it,
+	// so that a restart never releases a slot another sandbox took since.
+	if err := m.setState(ctx, l.id, store.StatePaused, func(s *store.Sandbox) {
+		s.PausedAt, s.Slot = pausedAt, ""
+		s.RootfsDir, s.Checkpoint = inst.Rootfs.Home(), checkpoint
+	}); err != nil {
+		return false, err
+	}
+	slot := inst.Slot.Name
+	p, err := m.cfg.Node.PauseToDisk(ctx, inst, keepMemory)
+	if err != nil && p.ID == "" {
+		m.restoreState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) {
+			s.PausedAt, s.Slot, s.RootfsDir, s.Checkpoint = time.Time{}, slot, "", ""
+		})
+		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
+	}
+	if err != nil {
+		// Saved, but something of it was not released; the next resume
+		// or kill takes it down.
+		m.log.Warn("pausing left something behind", "sandbox", l.id, "err", err)
+	}
+	l.transport.CloseIdleConnections()
+	m.mu.Lock()
+	l.inst, l.parked, l.paused, l.pausedAt = nil, p, true, pausedAt
+	m.uncountLocked(l.teamID)
+	m.mu.Unlock()
+	go m.flush(p) // durable across a power loss, in the background
+	return true, nil
+}
+
+// ResumeOptions are what a resume may change.
+type ResumeOptions struct {
+	// Timeout is the resumed sandbox's new term, from now.
+	Timeout time.Duration
+	// AutoPause, if set, replaces the sandbox's.
+	AutoPause *bool
+	// Memory restores the checkpointed memory when there is one; false
+	// boots the sandbox anew on its files (E2B's onResume "reboot").
+	Memory bool
+}
+
+// ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
+// one is ErrConflict.
+func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	rec, resumed, err := m.resume(ctx, l, opts)
+	if err == nil && !resumed {
+		err = fmt.Errorf("%w: sandbox %s is already running", ErrConflict, id)
+	}
+	return rec, err
+}
+
+// Connect returns a team's sandbox, running: a paused one is resumed for
+// timeout (resumed is true), a running one lives at least timeout longer.
+// memory false boots a paused sandbox anew instead of restoring its memory.
+func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
+	l, err := m.lookup(teamID, id)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	if rec, resumed, err = m.resume(ctx, l, ResumeOptions{Timeout: timeout, Memory: memory}); err != nil || resumed {
+		return rec, resumed, err
+	}
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if !visible(s.State) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		s.EndAt = later(s.EndAt, time.Now().Add(timeout))
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return rec, false, err
+}
+
+// resume restores a paused sandbox on this node; it reports whether it
+// was paused. It is admitted like a create (its resources and its team's
+// count). The record says running, with its new slot, before the runtime
+// acts; a failed resume puts the record back (paused, files and checkpoint
+// kept) and returns a *ResumeError. A resume starts a new term: the
+// sandbox expires opts.Timeout from now, whenever its old term ended.
+func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (store.Sandbox, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	paused, err := m.pausedNow(l)
+	if err != nil || !paused {
+		return store.Sandbox{}, false, err
+	}
+	rec, err := m.cfg.Store.GetSandbox(ctx, l.id)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	res := Resources{CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB}
+	full, err := m.reserve(l.teamID, res)
+	if err == nil && full != nil {
+		m.unreserve(l.teamID, res)
+		err = full // a warm sandbox is no help to a resume
+	}
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	admitted := false
+	defer func() {
+		if !admitted {
+			m.unreserve(l.teamID, res)
+		}
+	}()
+	nreq, err := m.nodeRequest(rec)
+	if err != nil {
+		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: "reading its record", Err: err}
+	}
+	m.mu.Lock()
+	parked, pausedAt := l.parked, l.pausedAt
+	m.mu.Unlock()
+	committed := false
+	inst, err := m.cfg.Node.ResumeFromDisk(ctx, nreq, parked, opts.Memory, func(inst *node.Instance) error {
+		if err := m.setState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) { s.Slot = inst.Slot.Name }); err != nil {
+			return err
+		}
+		committed = true
+		return nil
+	})
+	if err != nil {
+		if committed {
+			m.restoreState(ctx, l.id, store.StatePaused, func(s *store.Sandbox) { s.Slot, s.PausedAt = "", pausedAt })
+		}
+		m.log.Error("resume failed; the sandbox stays paused", "sandbox", l.id, "err", err)
+		step := "preparing it"
+		var ne *node.ResumeError
+		if errors.As(err, &ne) {
+			step = ne.Step
+		}
+		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
+	}
+	booted := !opts.Memory || parked.Checkpoint == ""
+	if booted {
+		err = initEnvd(ctx, inst, l.transport, rec.EnvdAccessToken, rec, m.templateEnvs(rec))
+	} else {
+		err = syncClock(ctx, inst, l.transport, rec)
+	}
+	if err != nil {
+		m.log.Warn("initialising envd after a resume", "sandbox", l.id, "err", err)
+	}
+	now := time.Now()
+	rec, err = m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
+		s.State, s.Slot, s.PausedAt = store.StateRunning, inst.Slot.Name, time.Time{}
+		s.RootfsDir, s.Checkpoint = "", ""
+		s.StartedAt, s.EndAt = now, now.Add(opts.Timeout)
+		if opts.AutoPause != nil {
+			s.AutoPause = *opts.AutoPause
+		}
+		return nil
+	})
+	if err != nil {
+		// It runs, and its record says so (with its slot): only the new
+		// term was not written.
+		m.log.Error("recording a resume", "sandbox", l.id, "err", err)
+		rec, _ = m.cfg.Store.GetSandbox(context.WithoutCancel(ctx), l.id)
+	}
+	if err := m.cfg.Node.DropCheckpoint(parked); err != nil {
+		m.log.Warn("removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
+	}
+	m.mu.Lock()
+	l.inst, l.parked, l.paused, l.pausedAt = inst, node.Paused{}, false, time.Time{}
+	l.startedAt, l.pauseRetry = now, time.Time{}
+	m.starting.add(res, -1) // its team count stays, now the running sandbox's
+	m.mu.Unlock()
+	admitted = true
+	return rec, true, nil
+}
+
+// templateEnvs is the environment a sandbox's template gave it.
+func (m *Manager) templateEnvs(rec store.Sandbox) map[string]string {
+	img, _ := parseImage(rec)
+	return img.Envs
+}
+
+// pausedNow reports whether a live sandbox is paused, or ErrNotFound if
+// it was killed meanwhile. The caller holds l.mu.
+func (m *Manager) pausedNow(l *live) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.live[l.id] != l {
+		return false, fmt.Errorf("%w: %s", ErrNotFound, l.id)
+	}
+	return l.paused, nil
+}
+
+// setState records a sandbox's state, with what change sets beside it.
+func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState, change func(*store.Sandbox)) error {
+	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		s.State = st
+		change(s)
+		return nil
+	})
+	return err
+}
+
+// restoreState puts back the record of a transition the runtime failed,
+// whatever the caller's context.
+func (m *Manager) restoreState(ctx context.Context, id string, st store.SandboxState, change func(*store.Sandbox)) {
+	if err := m.setState(context.WithoutCancel(ctx), id, st, change); err != nil {
+		m.log.Error("restoring a sandbox's record after a failed transition", "sandbox", id, "state", st, "err", err)
+	}
+}
+
+// flush makes a paused sandbox's files durable: the checkpoint and the
+// disk image reach the disk within seconds anyway (writeback), but a
+// power loss before then would leave a checkpoint that cannot restore.
+func (m *Manager) flush(p node.Paused) {
+	if err := node.Flush(p); err != nil {
+		m.log.Warn("flushing a paused sandbox to disk", "sandbox", p.ID, "err", err)
+	}
+}
+
+// Resolve implements proxy.Resolver: it finds a live sandbox for sandbox
+// traffic without changing it. A paused sandbox is found only when it was
+// created with autoResume; the proxy then calls Resume, after it has
+// checked the request's token, and resolves it again.
+func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	if l == nil || (l.paused && !l.autoResume) {
+		return proxy.Target{}, proxy.ErrNotFound
+	}
+	t := proxy.Target{
+		Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
+		EnvdAccessToken: l.envdToken, Paused: l.paused,
+	}
+	if l.inst != nil {
+		t.IP = l.inst.Slot.SandboxIP
+	}
+	return t, nil
+}
+
+// Resume implements proxy.Resolver: it resumes a paused autoResume
+// sandbox for traffic that has shown its credentials, for
+// TrafficResumeTimeout.
+func (m *Manager) Resume(ctx context.Context, id string) error {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil || !l.autoResume {
+		return proxy.ErrNotFound
+	}
+	if _, _, err := m.resume(ctx, l, ResumeOptions{Timeout: TrafficResumeTimeout, Memory: true}); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return proxy.ErrNotFound
+		}
+		return err
+	}
+	return nil
+}
+
+// reap kills (or pauses) expired sandboxes, and removes those paused for
+// longer than the retention.
+func (m *Manager) reap() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m.reapPaused(ctx)
+	expired, err := m.cfg.Store.ExpiredSandboxes(ctx, time.Now())
+	if err != nil {
+		m.log.Warn("listing expired sandboxes", "err", err)
+		return
+	}
+	for _, r := range expired {
+		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
+			continue // paused sandboxes stay until killed, resumed or retired
+		}
+		l, err := m.lookup("", r.ID)
+		if err != nil {
+			continue
+		}
+		m.expire(ctx, l)
+	}
+}
+
+// expire pauses (autoPause) or kills an expired sandbox, if it still is
+// expired once its lock is held: a connect, refresh or resume may have
+// given it a new term since the reaper listed it.
+func (m *Manager) expire(ctx context.Context, l *live) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, err := m.cfg.Store.GetSandbox(ctx, l.id)
+	if err != nil || r.State != store.StateRunning || r.EndAt.After(time.Now()) {
+		return
+	}
+	if r.AutoPause {
+		m.autoPause(ctx, l, r)
+		return
+	}
+	if err := m.killLocked(ctx, l); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Warn("ending an expired sandbox", "sandbox", r.ID, "err", err)
+	} else if err == nil {
+		m.log.Info("sandbox timed out", "sandbox", r.ID, "paused", false)
+	}
+}
+
+// autoPause pauses an expired autoPause sandbox (l.mu held). One that
+// cannot be paused now (no disk for the checkpoint, say) runs on and is
+// tried again after autoPauseRetryBackoff.
+func (m *Manager) autoPause(ctx context.Context, l *live, r store.Sandbox) {
+	m.mu.Lock()
+	wait := time.Now().Before(l.pauseRetry)
+	m.mu.Unlock()
+	if wait {
+		return
+	}
+	_, err := m.pauseLocked(ctx, l, r.AutoPauseMemory && m.canCheckpoint())
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		m.mu.Lock()
+		l.pauseRetry = time.Now().Add(autoPauseRetryBackoff)
+		m.mu.Unlock()
+		m.log.Warn("pausing an expired sandbox failed; it runs on and is tried again", "sandbox", r.ID, "retry_in", autoPauseRetryBackoff, "err", err)
+	default:
+		m.log.Info("sandbox timed out", "sandbox", r.ID, "paused", true)
+	}
+}
+
+// reapPaused removes the sandboxes paused for longer than the retention,
+// with their checkpoints.
+func (m *Manager) reapPaused(ctx context.Context) {
+	cutoff := time.Now().Add(-m.cfg.PausedRetention)
+	m.mu.Lock()
+	var old []*live
+	for _, l := range m.live {
+		if l.paused && l.pausedAt.Before(cutoff) {
+			old = append(old, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range old {
+		l.mu.Lock()
+		m.mu.Lock()
+		still := m.live[l.id] == l && l.paused && l.pausedAt.Before(cutoff) // not resumed meanwhile
+		pausedAt := l.pausedAt
+		m.mu.Unlock()
+		var err error
+		if still {
+			err = m.killLocked(ctx, l)
+		}
+		l.mu.Unlock()
+		switch {
+		case !still || errors.Is(err, ErrNotFound):
+		case err != nil:
+			m.log.Warn("removing a sandbox paused past the retention", "sandbox", l.id, "err", err)
+		default:
+			m.log.Info("removed a sandbox paused longer than the retention (--paused-retention), with its checkpoint",
+				"sandbox", l.id, "team", l.teamID, "paused_at", pausedAt, "retention", m.cfg.PausedRetention)
+		}
+	}
+}
