@@ -46,17 +46,28 @@ const SnapshotDiskName = "disk.img"
 // into place: a checkpoint directory that exists is whole.
 func checkpointTemp(final string) string { return final + ".tmp" }
 
-// PauseToDisk stops a running sandbox and keeps it on disk: with
-// keepMemory its memory is checkpointed first. The sandbox is frozen
+// PauseToDisk stops a running sandbox and keeps it on disk: SaveToDisk,
+// then ReleaseSaved. A failure of the release is returned with a valid
+// Paused: the sandbox is saved, and what is left is taken down by the next
+// ResumeFromDisk or DeletePaused.
+func (n *Node) PauseToDisk(ctx context.Context, inst *Instance, keepMemory bool) (Paused, error) {
+	p, err := n.SaveToDisk(ctx, inst, keepMemory)
+	if err != nil {
+		return Paused{}, err
+	}
+	return p, n.ReleaseSaved(ctx, inst)
+}
+
+// SaveToDisk stops a running sandbox so that it can be resumed from disk:
+// with keepMemory its memory is checkpointed first. The sandbox is frozen
 // while the checkpoint is written (so that its files stay as the
 // checkpoint saw them) and killed only once the checkpoint is complete:
 // if checkpointing fails it is thawed and runs on, unchanged, and the
-// error says so. Once the sandbox is saved (or stopped, without memory),
-// its container, root filesystem mounts and slot are released; a failure
-// there is returned with a valid Paused, and what is left is taken down
-// by the next ResumeFromDisk or DeletePaused. inst is spent either way
-// unless the error came with a zero Paused.
-func (n *Node) PauseToDisk(ctx context.Context, inst *Instance, keepMemory bool) (Paused, error) {
+// error says so. When it returns without error nothing of the sandbox
+// runs any more (its memory is freed), but its container's state, its
+// root filesystem's mounts and its slot are still held: ReleaseSaved
+// releases them, before anything else is done with it.
+func (n *Node) SaveToDisk(ctx context.Context, inst *Instance, keepMemory bool) (Paused, error) {
 	ctx = context.WithoutCancel(ctx) // half a pause is worse than a late one
 	p := Paused{ID: inst.ID, Dir: inst.Rootfs.Home()}
 	if keepMemory {
@@ -68,7 +79,14 @@ func (n *Node) PauseToDisk(ctx context.Context, inst *Instance, keepMemory bool)
 	} else if err := n.cfg.Runtime.Kill(ctx, inst.ID); err != nil {
 		return Paused{}, fmt.Errorf("node: stopping %s: %w", inst.ID, err)
 	}
-	return p, n.releaseKeeping(ctx, inst, true)
+	return p, nil
+}
+
+// ReleaseSaved releases what a sandbox stopped by SaveToDisk still holds:
+// its container's state and cgroup, its root filesystem's mounts (the
+// files stay) and its slot. inst is spent afterwards.
+func (n *Node) ReleaseSaved(ctx context.Context, inst *Instance) error {
+	return n.releaseKeeping(context.WithoutCancel(ctx), inst, true)
 }
 
 // checkpointFrozen freezes the sandbox, writes its checkpoint into the

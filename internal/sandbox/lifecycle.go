@@ -112,21 +112,35 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string, keepMemory bool)
 // record says paused (and where it is kept) before the runtime acts; a
 // checkpoint that fails leaves the sandbox running and its record as it
 // was.
+//
+// It answers once the sandbox is saved and its memory freed; the rest of
+// the release (the runtime's state and cgroup, the root filesystem's
+// mounts, the slot: some 50 ms) goes on in the background, still holding
+// l.mu, so that nothing else acts on the sandbox before it is done.
 func (m *Manager) pause(ctx context.Context, l *live, keepMemory bool) (bool, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return m.pauseLocked(ctx, l, keepMemory)
+	paused, release, err := m.pauseLocked(ctx, l, keepMemory)
+	if release == nil {
+		l.mu.Unlock()
+		return paused, err
+	}
+	go func() {
+		defer l.mu.Unlock()
+		release()
+	}()
+	return paused, err
 }
 
-// pauseLocked is pause with l.mu held.
-func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (bool, error) {
+// pauseLocked is pause with l.mu held; release, if not nil, must run
+// (with l.mu still held) to finish the pause.
+func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ bool, release func(), _ error) {
 	paused, err := m.pausedNow(l)
 	if err != nil || paused {
-		return false, err
+		return false, nil, err
 	}
 	if keepMemory {
 		if err := m.checkpointSpace(l.memoryMB); err != nil {
-			return false, err
+			return false, nil, err
 		}
 	}
 	inst := m.instance(l)
@@ -141,28 +155,30 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (bo
 		s.PausedAt, s.Slot = pausedAt, ""
 		s.RootfsDir, s.Checkpoint = inst.Rootfs.Home(), checkpoint
 	}); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	slot := inst.Slot.Name
-	p, err := m.cfg.Node.PauseToDisk(ctx, inst, keepMemory)
-	if err != nil && p.ID == "" {
+	p, err := m.cfg.Node.SaveToDisk(ctx, inst, keepMemory)
+	if err != nil {
 		m.restoreState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) {
 			s.PausedAt, s.Slot, s.RootfsDir, s.Checkpoint = time.Time{}, slot, "", ""
 		})
-		return false, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
-	}
-	if err != nil {
-		// Saved, but something of it was not released; the next resume
-		// or kill takes it down.
-		m.log.Warn("pausing left something behind", "sandbox", l.id, "err", err)
+		return false, nil, fmt.Errorf("sandbox: pausing %s: %w", l.id, err)
 	}
 	l.transport.CloseIdleConnections()
 	m.mu.Lock()
 	l.inst, l.parked, l.paused, l.pausedAt = nil, p, true, pausedAt
 	m.uncountLocked(l.teamID)
 	m.mu.Unlock()
-	go m.flush(p) // durable across a power loss, in the background
-	return true, nil
+	release = func() {
+		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
+			// Saved, but something of it was not released; the next
+			// resume or kill takes it down.
+			m.log.Warn("pausing left something behind", "sandbox", l.id, "err", err)
+		}
+		go m.flush(p) // durable across a power loss; needs no lock
+	}
+	return true, release, nil
 }
 
 // ResumeOptions are what a resume may change.
@@ -448,7 +464,10 @@ func (m *Manager) autoPause(ctx context.Context, l *live, r store.Sandbox) {
 	if wait {
 		return
 	}
-	_, err := m.pauseLocked(ctx, l, r.AutoPauseMemory && m.canCheckpoint())
+	_, release, err := m.pauseLocked(ctx, l, r.AutoPauseMemory && m.canCheckpoint())
+	if release != nil {
+		release()
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:

@@ -66,6 +66,18 @@ func run(t *testing.T, m *Manager, rec store.Sandbox, script string) string {
 const counterLoop = `nohup bash -c 'n=0; while true; do n=$((n+1)); echo "$n $$" > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done' >/dev/null 2>&1 &
 sleep 0.5; cat /tmp/count`
 
+// released waits until a pause has released everything (that part runs
+// after Pause has answered, holding the sandbox's lock).
+func released(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	l, err := m.lookup("", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.mu.Unlock()
+}
+
 func count(t *testing.T, m *Manager, rec store.Sandbox) (n, pid int) {
 	t.Helper()
 	out := run(t, m, rec, "cat /tmp/count")
@@ -95,6 +107,7 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); ok || err != nil {
 		t.Errorf("second pause: %v %v, want false", ok, err)
 	}
+	released(t, e.mgr, rec.ID)
 	paused, _ := e.mgr.Get(ctx, "t1", rec.ID)
 	if paused.State != store.StatePaused || paused.Slot != "" || paused.RootfsDir == "" || paused.Checkpoint == "" {
 		t.Errorf("paused record: state %s slot %q rootfs %q checkpoint %q", paused.State, paused.Slot, paused.RootfsDir, paused.Checkpoint)

@@ -170,7 +170,11 @@ for i in $(seq 100); do [ -e /tmp/ready ] && break; sleep 0.1; done`)
     expect(charged).toBeGreaterThan(200 * 1024 * 1024)
     const availBefore = memAvailableMiB()
     expect(await sbx.pause()).toBe(true)
-    expect(cgroupMemory(sbx.sandboxId)).toBe(null) // its cgroup is gone with its container
+    // The pause answers once the sandbox is saved and stopped; its
+    // cgroup goes with the rest of its container right after.
+    const deadline = Date.now() + 3_000
+    while (cgroupMemory(sbx.sandboxId) !== null && Date.now() < deadline) await sleep(20)
+    expect(cgroupMemory(sbx.sandboxId)).toBe(null)
     const freed = memAvailableMiB() - availBefore
     console.log(`pause freed: cgroup charged ${(charged / 1048576).toFixed(0)} MiB; MemAvailable +${freed.toFixed(0)} MiB`)
     // The host's own count is noisy (other work, the checkpoint in the
