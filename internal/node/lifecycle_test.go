@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/network/testhost"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
@@ -232,5 +234,53 @@ func TestSnapshotRestoresLiveState(t *testing.T) {
 	}
 	if got, _ := counter(t, src); got != base+1 {
 		t.Errorf("source counter %d, want %d", got, base+1)
+	}
+}
+
+// What gVisor does with the network on restore (docs/design/lifecycle.md):
+// the restored stack takes the new slot's address and routes from its
+// namespace, so a sandbox resumed or forked into another slot answers at
+// its new address on 0.0.0.0 listeners and reaches out through its new
+// veth; only sockets bound to the old address itself are left behind.
+func TestRestoreTakesTheNewSlotsAddress(t *testing.T) {
+	n := testNode(t, "runsc")
+	public := testhost.New(t, "wntxw", netip.MustParsePrefix("198.18.0.6/30"))
+	port := public.ServeTCP(t, 0, testhost.HTTPReply("public"))
+	src := create(t, n, baseRequest(t, "lc-net"))
+	tok := "tok-" + src.ID
+	old := src.Slot.SandboxIP
+	if out, code := sh(t, src, tok, "", counterScript+fmt.Sprintf(`
+nohup python3 -m http.server --bind %s 8001 >/dev/null 2>&1 &
+for i in $(seq 50); do curl -s -o /dev/null %s:8001/ && break; sleep 0.1; done`, old, old), 60*time.Second); code != 0 {
+		t.Fatalf("setup: %d %q", code, out)
+	}
+	dir := filepath.Join(t.TempDir(), "snap")
+	ctx := context.Background()
+	if err := n.Snapshot(ctx, src, dir); err != nil {
+		t.Fatal(err)
+	}
+	req := baseRequest(t, "lc-net2")
+	req.DiskImage = filepath.Join(dir, SnapshotDiskName)
+	c, err := n.Restore(ctx, req, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Delete(context.Background(), c) })
+	if c.Slot.SandboxIP == old {
+		t.Fatal("the restored sandbox got the old address")
+	}
+	out, _ := sh(t, c, tok, "", fmt.Sprintf(`ip -4 -o addr show eth0 | awk '{print $4}'
+ip route show default | awk '{print $3}'
+curl -s -m 5 http://%s:%d/
+echo
+curl -s -m 3 -o /dev/null -w '%%{http_code}' http://%s:8001/ || true`, public.Addr, port, old), 30*time.Second)
+	want := fmt.Sprintf("%s/30\n%s\npublic\n000", c.Slot.SandboxIP, c.Slot.HostIP)
+	if out != want {
+		t.Errorf("inside the restored sandbox:\n%q\nwant\n%q", out, want)
+	}
+	// Reached at its new address from the host, its listener's memory
+	// intact.
+	if got, _ := counter(t, c); got < 2 {
+		t.Errorf("counter at the new address: %d", got)
 	}
 }
