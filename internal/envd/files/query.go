@@ -36,10 +36,12 @@ func parseFileQuery(raw string) (fileQuery, error) {
 }
 
 // verify checks the query's signature for operation ("read" or "write")
-// under token (never empty: see Handler.authenticate) at time now.
+// under token (never empty: see Handler.authenticate) at time now. As in
+// E2B's envd, the signature is checked before the expiration, so that only
+// a genuine URL learns that it has expired.
 func (q fileQuery) verify(operation, token string, now time.Time) error {
 	if q.Signature == "" {
-		return errors.New("missing access token or signature")
+		return errors.New("missing signature query parameter")
 	}
 	var exp *int64
 	if q.Expiration != "" {
@@ -47,14 +49,14 @@ func (q fileQuery) verify(operation, token string, now time.Time) error {
 		if err != nil {
 			return errors.New("invalid signature_expiration")
 		}
-		if v < now.Unix() {
-			return errors.New("signature has expired")
-		}
 		exp = &v
 	}
 	want := Signature(q.Path, operation, q.Username, token, exp)
 	if subtle.ConstantTimeCompare([]byte(want), []byte(q.Signature)) != 1 {
 		return errors.New("invalid signature")
+	}
+	if exp != nil && *exp < now.Unix() {
+		return errors.New("signature is already expired")
 	}
 	return nil
 }
