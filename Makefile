@@ -57,11 +57,13 @@ test-e2e: build
 bench: deps build setup
 	scripts/bench.sh
 
-# Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002) and
-# prints the exports the E2B SDK needs. Ctrl-C stops it; sandboxes keep
-# running and the next start adopts them.
+# Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002 and,
+# with TLS, :443) and prints the exports the E2B SDK needs. Ctrl-C stops
+# it; sandboxes keep running and the next start adopts them.
+# PROXY_TLS_ADDR= (empty) runs without the HTTPS proxy.
+PROXY_TLS_ADDR ?= 127.0.0.1:443
 run: deps build setup
-	$(BIN)/warren serve
+	$(BIN)/warren serve $(if $(PROXY_TLS_ADDR),--proxy-tls-addr $(PROXY_TLS_ADDR))
 
 clean:
 	rm -rf $(BIN)
