@@ -56,10 +56,12 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.Runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc (needs --insecure-runtime)")
 	fs.BoolVar(&f.InsecureRuntime, "insecure-runtime", false, "allow --runtime runc, whose sandboxes share the host kernel with the code they run (trusted code only)")
 	fs.StringVar(&f.Envd, "envd", "", "the static envd binary (default: envd beside this executable)")
-	fs.StringVar(&f.RunDir, "run-dir", "/run/warren", "runtime state (tmpfs)")
-	fs.StringVar(&f.CgroupParent, "cgroup-parent", "/warren", "cgroup under which sandboxes get theirs")
-	fs.StringVar(&f.NetworkCIDR, "network-cidr", network.DefaultCIDR.String(), "IPv4 range sandbox addresses come from")
-	fs.StringVar(&f.NetworkPrefix, "network-prefix", network.DefaultPrefix, "name prefix of network namespaces, veths and nftables tables")
+	// Left empty, the host settings are derived from the data dir (see
+	// internal/server's claims): another data dir never shares them.
+	fs.StringVar(&f.RunDir, "run-dir", "", "runtime state (tmpfs) (default: /run/warren for /var/lib/warren, else /run/warren-HASH of the data dir)")
+	fs.StringVar(&f.CgroupParent, "cgroup-parent", "", "cgroup under which sandboxes get theirs (default: /warren for /var/lib/warren, else /warren-HASH)")
+	fs.StringVar(&f.NetworkCIDR, "network-cidr", "", "IPv4 range sandbox addresses come from (default: "+network.DefaultCIDR.String()+" for /var/lib/warren, else a /16 of 10.12-10.111 from the data dir's HASH)")
+	fs.StringVar(&f.NetworkPrefix, "network-prefix", "", "name prefix of network namespaces, veths and nftables tables (default: "+network.DefaultPrefix+" for /var/lib/warren, else xHASH)")
 	fs.StringVar(&f.NodeName, "node-name", "local", "this node's name in sandbox records")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")

@@ -75,6 +75,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := checkRuntime(cfg.Runtime, cfg.InsecureRuntime); err != nil {
 		return err
 	}
+	if err := hostDefaults(&cfg); err != nil {
+		return err
+	}
 	// Listen first: a taken port should fail before anything is started.
 	apiLn, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
@@ -95,6 +98,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			ln.Close()
 		}
 	}()
+
+	// Before anything on the host is touched: another live server's
+	// names and range are never ours to clean up.
+	releaseClaims, err := claimHost(cfg)
+	if err != nil {
+		return err
+	}
+	defer releaseClaims()
+	log.Info("host settings claimed", "data_dir", cfg.DataDir, "network_prefix", cfg.NetworkPrefix, "network_cidr", cfg.NetworkCIDR,
+		"run_dir", cfg.RunDir, "cgroup_parent", cfg.CgroupParent)
 
 	// Before anything is written there.
 	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
