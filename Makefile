@@ -51,8 +51,10 @@ test-fuzz:
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
+# The SDK suite, once per distinct SDK version of the matrix (test/e2e/
+# sdk-matrix.mjs: the pinned e2b and its e2b-sdk-* aliases).
 test-e2e: build
-	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run
+	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && node sdk-matrix.mjs --run
 
 bench: deps build setup
 	scripts/bench.sh
