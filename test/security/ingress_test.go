@@ -67,13 +67,13 @@ func TestSignedURLsWithoutASandboxID(t *testing.T) {
 	}
 	own := signedURL(attacker.EnvdToken, "/tmp/s.txt", "read", "")
 	for name, u := range map[string]string{
-		"its own signature, as root":       own + "&username=root",
-		"its own signature, another path":  strings.Replace(own, "%2Ftmp%2Fs.txt", "%2Fetc%2Fshadow", 1),
-		"a signature made with no token":   signedURL("", "/tmp/s.txt", "read", ""),
-		"the victim's ID as a token":       signedURL(victim.ID, "/tmp/s.txt", "read", ""),
-		"a traffic token as envd's":        signedURL(victim.TrafficToken, "/tmp/s.txt", "read", ""),
-		"an empty signature":               S.srv.proxyURL + "/files?path=%2Ftmp%2Fs.txt&signature=",
-		"a signature that is not base64":   S.srv.proxyURL + "/files?path=%2Ftmp%2Fs.txt&signature=v1_%00%ff",
+		"its own signature, as root":      own + "&username=root",
+		"its own signature, another path": strings.Replace(own, "%2Ftmp%2Fs.txt", "%2Fetc%2Fshadow", 1),
+		"a signature made with no token":  signedURL("", "/tmp/s.txt", "read", ""),
+		"the victim's ID as a token":      signedURL(victim.ID, "/tmp/s.txt", "read", ""),
+		"a traffic token as envd's":       signedURL(victim.TrafficToken, "/tmp/s.txt", "read", ""),
+		"an empty signature":              S.srv.proxyURL + "/files?path=%2Ftmp%2Fs.txt&signature=",
+		"a signature that is not base64":  S.srv.proxyURL + "/files?path=%2Ftmp%2Fs.txt&signature=v1_%00%ff",
 	} {
 		status, body := get(t, c, u)
 		if status == 200 || strings.Contains(body, "victim-secret") || strings.Contains(body, victim.ID) {
