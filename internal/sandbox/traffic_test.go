@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/filesig"
 	"github.com/warren-sandbox/warren/internal/proxy"
 )
 
@@ -74,6 +76,24 @@ func TestSignedByOffersEveryResolvableToken(t *testing.T) {
 		}
 		if len(offered) != 3 || offered["t3"] {
 			t.Errorf("token %s: offered %v, want t1, t2 and t4 whatever matched", c.token, offered)
+		}
+	}
+}
+
+// BenchmarkSignedByFullNode: routing one signed URL on a node at its
+// default limit of 100 sandboxes: 100 signatures computed and compared.
+func BenchmarkSignedByFullNode(b *testing.B) {
+	var ls []*live
+	for i := range 100 {
+		ls = append(ls, &live{id: fmt.Sprintf("sbx%d", i), envdToken: newToken()})
+	}
+	m := trafficManager(ls...)
+	want := ls[57].envdToken
+	q := filesig.Query{Path: "/home/user/a.txt", Signature: filesig.Signature("/home/user/a.txt", filesig.Read, "", want, nil)}
+	b.ResetTimer()
+	for range b.N {
+		if id, err := m.SignedBy(func(tok string) bool { return q.Signed(filesig.Read, tok) }); err != nil || id != "sbx57" {
+			b.Fatal(id, err)
 		}
 	}
 }
