@@ -30,8 +30,9 @@ const (
 	netCIDR      = "10.127.0.0/16"
 	runDir       = "/run/warren-sec"
 	cgroupParent = "/warren-sec"
-	// The runc case's server has names of its own.
-	runcPrefix, runcCIDR, runcRunDir, runcCgroupParent = "wsecr", "10.127.255.0/24", "/run/warren-sec-runc", "/warren-sec-runc"
+	// The runc case's server has names of its own, and a range apart from
+	// the suite server's (a server refuses a range overlapping a live one's).
+	runcPrefix, runcCIDR, runcRunDir, runcCgroupParent = "wsecr", "10.128.255.0/24", "/run/warren-sec-runc", "/warren-sec-runc"
 	// installed is where `warren setup` put runsc and the base template.
 	installed = "/var/lib/warren"
 	// dataFSMB is the size of the loop-mounted file system of the data
