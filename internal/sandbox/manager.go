@@ -13,8 +13,11 @@
 //
 // Lifecycle. A sandbox is creating while its resources are being made,
 // then running; a running sandbox can be paused (frozen in place) and
-// resumed; kill ends it. Each transition is written to the store before
-// the runtime acts, so that a warren restarted after a crash can tell
+// resumed; kill ends it. Kill and pause also end at once every exchange
+// the proxy carries to the sandbox (it registers them with Track;
+// endTraffic ends them), so that no stream outlives a sandbox that no
+// longer answers. Each transition is written to the store before the
+// runtime acts, so that a warren restarted after a crash can tell
 // what it left: Start adopts the running and paused sandboxes the store
 // knows on this node and removes everything else (half-made sandboxes,
 // containers, mounts and network slots nobody knows).

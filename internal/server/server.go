@@ -1,8 +1,10 @@
-// Package server assembles and runs `warren serve`: it opens the store,
-// the image store and root filesystems, builds the node (runtime,
-// network, envd), the template builder, the sandbox manager, the API and
-// the proxy, serves until its context ends, and shuts them down. cmd/warren
-// only parses the flags into a Config.
+// Package server assembles and runs `warren serve`: it claims the host
+// settings of its data dir (claims.go: another live server's are never
+// touched), opens the store, the image store and root filesystems, builds
+// the node (runtime, network, envd), the template builder, the sandbox
+// manager, the API and the proxy (plain, and over TLS with
+// internal/ingress), serves until its context ends, and shuts them down.
+// cmd/warren only parses the flags into a Config.
 package server
 
 import (
