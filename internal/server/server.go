@@ -247,8 +247,12 @@ func printExports(out io.Writer, cfg Config, apiAddr, proxyAddr net.Addr, creds 
 		fmt.Fprintf(out, "  export NODE_EXTRA_CA_CERTS=%s\n", certs.CAFile())
 	}
 	if len(tlsLns) > 0 {
-		fmt.Fprintf(out, "Sandbox hosts are served over HTTPS too (%s): https://{port}-{sandboxID}.%s, the SDK's URLs when E2B_SANDBOX_URL is unset.\n",
+		fmt.Fprintf(out, "Sandbox hosts are served over HTTPS too (%s): https://{port}-{sandboxID}.%s, the SDK's URLs when E2B_SANDBOX_URL is unset",
 			tlsAddrs(tlsLns), cfg.Domain)
+		if _, port, _ := net.SplitHostPort(tlsLns[0].Addr().String()); port != "443" {
+			fmt.Fprint(out, " (which the SDK expects on port 443)")
+		}
+		fmt.Fprintln(out, ".")
 	}
 	fmt.Fprintln(out)
 }
