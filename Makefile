@@ -40,7 +40,11 @@ vet:
 
 test: deps build setup vet test-go test-fuzz test-e2e
 
+# Test servers of an earlier run that was killed leave data dirs behind
+# whose names block the next run's servers: sweep-test-leftovers removes
+# those of servers that are gone.
 test-go:
+	scripts/sweep-test-leftovers.sh
 	$(GO) test -count=1 -timeout 30m ./...
 
 # Every fuzz target for a few seconds (make fuzz: longer, FUZZTIME=10m).
@@ -54,6 +58,7 @@ fuzz:
 # The SDK suite, once per distinct SDK version of the matrix (test/e2e/
 # sdk-matrix.mjs: the pinned e2b and its e2b-sdk-* aliases).
 test-e2e: build
+	scripts/sweep-test-leftovers.sh
 	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && node sdk-matrix.mjs --run
 
 bench: deps build setup
