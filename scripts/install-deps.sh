@@ -60,7 +60,16 @@ if ! pg_lsclusters -h 2>/dev/null | grep -q online; then
     pg_createcluster "$version" main >/dev/null
     cluster="$version main"
   fi
-  pg_ctlcluster $cluster start
+  # The server outlives this script: it must not inherit its descriptors
+  # (a caller's flock, e.g. `flock /tmp/warren-test.lock make test`, would
+  # stay held for as long as PostgreSQL runs).
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec pg_ctlcluster $cluster start
+  )
 fi
 if ! runuser -u postgres -- psql -tAc "SELECT 1 FROM pg_roles WHERE rolname='root'" | grep -q 1; then
   runuser -u postgres -- psql -qc "CREATE ROLE root SUPERUSER LOGIN" >/dev/null

@@ -66,6 +66,9 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	}
 	inst, parked := l.inst, l.parked
 	m.mu.Unlock()
+	// Before anything is taken apart: its streams end now, not when
+	// their clients give up on a sandbox that no longer answers.
+	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
 	if err := m.setState(ctx, l.id, store.StateKilled, func(*store.Sandbox) {}); err != nil {
 		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
@@ -170,6 +173,9 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	l.inst, l.parked, l.paused, l.pausedAt = nil, p, true, pausedAt
 	m.uncountLocked(l.teamID)
 	m.mu.Unlock()
+	// Its processes are saved and gone: what the proxy still carries to
+	// it ends now (nothing registers once it is marked paused).
+	m.endTraffic(l)
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -389,6 +395,73 @@ func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) 
 		t.IP = l.inst.Slot.SandboxIP
 	}
 	return t, nil
+}
+
+// Track implements proxy.Resolver: it registers an exchange the proxy
+// carries to a running sandbox, which endTraffic ends.
+func (m *Manager) Track(id string, end func()) (untrack func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	switch {
+	case l == nil:
+		return nil, proxy.ErrNotFound
+	case l.paused:
+		return nil, proxy.ErrTransitioning // paused since the proxy resolved it
+	}
+	if l.traffic == nil {
+		l.traffic = map[uint64]func(){}
+	}
+	l.nextTraffic++
+	key := l.nextTraffic
+	l.traffic[key] = end
+	return func() {
+		m.mu.Lock()
+		delete(l.traffic, key)
+		m.mu.Unlock()
+	}, nil
+}
+
+// endTraffic ends every exchange the proxy carries to l, at once: kill
+// and pause call it once the sandbox is no longer running (gone from
+// m.live, or marked paused), so that no exchange registers after it.
+func (m *Manager) endTraffic(l *live) {
+	m.mu.Lock()
+	ends := l.traffic
+	l.traffic = nil
+	m.mu.Unlock()
+	for _, end := range ends {
+		end()
+	}
+	if len(ends) > 0 {
+		m.log.Debug("ended the sandbox's proxied traffic", "sandbox", l.id, "exchanges", len(ends))
+	}
+}
+
+// SignedBy implements proxy.Resolver: it offers the envd token of every
+// sandbox Resolve finds to signed, all of them whatever the answers, and
+// returns one for which it held. The work is bounded by the node's
+// sandboxes (MaxSandboxes).
+func (m *Manager) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
+	type candidate struct{ id, token string }
+	m.mu.Lock()
+	cands := make([]candidate, 0, len(m.live))
+	for id, l := range m.live {
+		if !l.paused || l.autoResume {
+			cands = append(cands, candidate{id, l.envdToken})
+		}
+	}
+	m.mu.Unlock()
+	found := ""
+	for _, c := range cands {
+		if signed(c.token) && found == "" {
+			found = c.id
+		}
+	}
+	if found == "" {
+		return "", proxy.ErrNotFound
+	}
+	return found, nil
 }
 
 // Resume implements proxy.Resolver: it resumes a paused autoResume

@@ -18,7 +18,10 @@
 // memory, CPU share and network slot released, so that it no longer
 // counts against the node's capacity nor its team's. Resuming restores it
 // into a fresh slot with its processes, tokens and settings (or boots it
-// anew on its files). Each transition is written to the store before the
+// anew on its files). Kill and pause also end at once every exchange
+// the proxy carries to the sandbox (it registers them with Track;
+// endTraffic ends them), so that no stream outlives a sandbox that no
+// longer answers. Each transition is written to the store before the
 // runtime acts, so that a warren restarted after a crash (or a host
 // reboot) can tell what it left: Start adopts the running sandboxes the
 // store knows on this node, keeps the paused ones on disk, settles those a
@@ -202,6 +205,10 @@ type live struct {
 	trafficToken string
 	envdToken    string
 	maskHost     string
+	// traffic ends the exchanges the proxy carries to it (Track); guarded
+	// by Manager.mu.
+	traffic     map[uint64]func()
+	nextTraffic uint64
 	// Fixed for the sandbox's life; what its metrics are computed with.
 	cpuCount, memoryMB int
 	startedAt          time.Time

@@ -39,7 +39,21 @@ func OpenSQLite(ctx context.Context, path string) (*SQL, error) {
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, db, sqliteDialect, &fileLocker{path: path + migrationLockSuffix})
+	locker := &fileLocker{path: path + migrationLockSuffix}
+	// The first connection to a new database switches it to WAL, and
+	// SQLite answers SQLITE_BUSY at once, without waiting, to another
+	// process's connection doing the same: connect under the lock.
+	if err := locker.SessionLock(ctx, nil); err != nil {
+		db.Close()
+		return nil, err
+	}
+	err = db.PingContext(ctx)
+	locker.SessionUnlock(ctx, nil)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: connecting: %w", err)
+	}
+	return open(ctx, db, sqliteDialect, locker)
 }
 
 // sqliteDSN is the modernc.org/sqlite data source of the database file
