@@ -96,6 +96,11 @@ func (b *Builder) snapshotName(ctx context.Context, teamID, name string) (alias,
 	if len(name) > 256 {
 		return "", "", nil, fmt.Errorf("%w: the name is longer than 256 characters", ErrInvalid)
 	}
+	// A namespace ("team/name") is the team's and dropped, but must be
+	// one well-formed segment: "../../etc" is not a name.
+	if ns, _, found := strings.Cut(name, "/"); found && (!namePattern.MatchString(ns) || strings.Count(name, "/") > 1) {
+		return "", "", nil, fmt.Errorf("%w: name %q: only one namespace segment of lowercase letters, digits, '.', '_' or '-' may come before the '/'", ErrInvalid, name)
+	}
 	alias, t := splitRef(name)
 	if !namePattern.MatchString(alias) {
 		return "", "", nil, fmt.Errorf("%w: name %q must be lowercase letters, digits, '.', '_' or '-' (at most 128)", ErrInvalid, alias)

@@ -107,6 +107,8 @@ func TestSnapshotsAreTemplatesOfTheTeam(t *testing.T) {
 		"Bad Name":                       ErrInvalid,
 		"etc/..:x":                       ErrInvalid,
 		"../.hidden":                     ErrInvalid,
+		"../../etc":                      ErrInvalid,
+		"a/b/c":                          ErrInvalid,
 		"ok:bad tag":                     ErrInvalid,
 		"ok:":                            ErrInvalid,
 		"a:" + string(make([]byte, 300)): ErrInvalid,

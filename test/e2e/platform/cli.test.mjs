@@ -119,8 +119,7 @@ describe('e2b sandbox', () => {
   })
 })
 
-// Pause and resume are issue 13's endpoints: this case passes once they
-// are served.
+// Pause saves the sandbox to disk; resume restores it (issue 13).
 describe('e2b sandbox pause and resume', () => {
   test('pause, list paused, resume, exec', async () => {
     const sbx = await Sandbox.create({ metadata: { suite: 'cli-pause' } })
