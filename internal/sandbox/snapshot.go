@@ -115,14 +115,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 		}
 	}()
 	parent := snap.Sandbox
-	ex := ParseExtra(parent.Extra)
-	autoPauseMemory := parent.AutoPauseMemory
-	req := CreateRequest{
-		TeamID: teamID, TemplateID: parent.TemplateID, Timeout: timeout,
-		Metadata: parent.Metadata, EnvVars: parent.EnvVars, AutoPause: parent.AutoPause,
-		AutoPauseMemory: &autoPauseMemory, AutoResume: parent.AutoResume, Secure: true,
-		AllowInternetAccess: parent.AllowInternetAccess, Extra: ex,
-	}
+	req := childRequest(parent, timeout)
 	img := snap.Image
 	img.ID, img.Snapshot = parent.TemplateID, snapID
 	resolved := Template{ID: parent.TemplateID, Alias: parent.Alias, Image: &img, CPUCount: parent.CPUCount, MemoryMB: parent.MemoryMB}
@@ -140,4 +133,20 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// childRequest is the create request of a sandbox forked from parent's
+// record: everything the parent was created with (metadata, environment,
+// lifecycle, network and what else a record carries) but its timeout.
+// The one place a record becomes a CreateRequest, as nodeRequest is the
+// one place it becomes a node.CreateRequest: what a sandbox gains (egress
+// rules, volumes) is carried to its forks here.
+func childRequest(parent store.Sandbox, timeout time.Duration) CreateRequest {
+	autoPauseMemory := parent.AutoPauseMemory
+	return CreateRequest{
+		TeamID: parent.TeamID, TemplateID: parent.TemplateID, Timeout: timeout,
+		Metadata: parent.Metadata, EnvVars: parent.EnvVars, AutoPause: parent.AutoPause,
+		AutoPauseMemory: &autoPauseMemory, AutoResume: parent.AutoResume, Secure: true,
+		AllowInternetAccess: parent.AllowInternetAccess, Extra: ParseExtra(parent.Extra),
+	}
 }
