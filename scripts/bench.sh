@@ -15,6 +15,10 @@ echo "## templates through the E2B SDK (builds and the sandboxes they start; rea
 (cd test/e2e && node bench/templates.mjs)
 
 echo
+echo "## pause/resume, snapshots and fork through the E2B SDK (real warren serve, runsc, pool 0)"
+(cd test/e2e && node bench/lifecycle.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
@@ -23,6 +27,10 @@ echo
 echo "## sandbox proxy internals (go test -bench): TLS leaves and handshakes, signed-URL routing on a full node"
 go test -run '^$' -bench . -benchtime 2000x ./internal/ingress/ | grep '^Benchmark'
 go test -run '^$' -bench 'SignedBy' -benchtime 2000x ./internal/sandbox/ | grep '^Benchmark'
+
+echo
+echo "## a snapshot's or fork's copy of the writable layer (go test -bench ./internal/rootfs, root)"
+go test -run '^$' -bench 'CopyDisk' -benchtime 3x ./internal/rootfs/ | grep '^Benchmark'
 
 echo
 echo "## sandboxes on this node (go test -bench ./internal/node, root; medians and p99 in ms)"
