@@ -12,7 +12,7 @@ import { measure, percentile, Table } from './stats.mjs'
 const table = new Table()
 const instance = 'blc'
 
-const w = await startWarren({ instance, net16: 132, poolSize: 0 })
+const w = await startWarren({ instance, net16: 134, poolSize: 0 })
 const conn = { apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiKey }
 
 function cgroupMiB(id) {
