@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
@@ -101,8 +102,21 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	}
 	run(t, e.mgr, rec, counterLoop+"; echo kept > /home/user/file")
 	before, pid := count(t, e.mgr, rec)
+	// An exchange the proxy carries ends with the pause, as with a kill.
+	ended := make(chan struct{})
+	if _, err := e.mgr.Track(rec.ID, func() { close(ended) }); err != nil {
+		t.Fatal(err)
+	}
 	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !ok || err != nil {
 		t.Fatalf("pause: %v %v", ok, err)
+	}
+	select {
+	case <-ended:
+	default:
+		t.Error("the pause did not end the proxied exchange")
+	}
+	if _, err := e.mgr.Track(rec.ID, func() {}); !errors.Is(err, proxy.ErrTransitioning) {
+		t.Errorf("Track of the paused sandbox: %v", err)
 	}
 	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); ok || err != nil {
 		t.Errorf("second pause: %v %v, want false", ok, err)
