@@ -117,6 +117,7 @@ func startWith(t *testing.T, st store.Store, cfg Config, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testenv.SweepOnce(t, "prefix wst", func() error { return nw.Cleanup(nil) })
 	images, err := image.Open(dataDir)
 	if err != nil {
 		t.Fatal(err)

@@ -135,6 +135,7 @@ func newEnvWith(t *testing.T, st store.Store, rtName string, options ...func(*Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	testenv.SweepOnce(t, "prefix wbt", func() error { return nw.Cleanup(nil) })
 	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envdPath, ResolvConf: "/etc/resolv.conf"})
 	if err != nil {
 		t.Fatal(err)
