@@ -64,15 +64,15 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: netlink: %w", err)
 	}
 	m := &Manager{
-		cfg:    cfg,
-		uplink: cfg.Uplink,
-		nl:     h,
-		ids:    map[int]*entry{},
+		cfg:      cfg,
+		uplink:   cfg.Uplink,
+		nl:       h,
+		ids:      map[int]*entry{},
 		blocked:  blockedIntervals(cfg.AllowPrivate),
 		policies: map[int]bool{},
-		pool:   make(chan *Slot, cfg.PoolSize),
-		refill: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
+		pool:     make(chan *Slot, cfg.PoolSize),
+		refill:   make(chan struct{}, 1),
+		stop:     make(chan struct{}),
 	}
 	if m.uplink == "" {
 		if m.uplink, err = defaultUplink(h); err != nil {

@@ -149,7 +149,9 @@ func (m *Manager) addProxyChain(c *nftables.Conn, filter *nftables.Table, port u
 	accept := nftables.ChainPolicyAccept
 	ch := c.AddChain(&nftables.Chain{Name: proxyChain, Table: filter, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
-	rule := func(parts ...[]expr.Any) { c.AddRule(&nftables.Rule{Table: filter, Chain: ch, Exprs: concat(parts...)}) }
+	rule := func(parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: filter, Chain: ch, Exprs: concat(parts...)})
+	}
 	tcpFromProxied := concat(ifnameIn(expr.MetaKeyIIFNAME, proxiedSet), nfproto(nftables.TableFamilyIPv4), l4proto(unix.IPPROTO_TCP))
 	rule(tcpFromProxied, ipv4DaddrIn(resolvers), dport(53), verdict(expr.VerdictReturn))
 	rule(tcpFromProxied, ipv4DaddrIn(blocked), verdict(expr.VerdictReturn))
