@@ -312,9 +312,6 @@ func normalizePattern(e string) (string, error) {
 	if !validHostname(name) {
 		return "", errors.New("not a valid host name")
 	}
-	if !strings.Contains(name, ".") && d != name {
-		return "", errors.New("a wildcard needs a domain with at least two labels")
-	}
 	return d, nil
 }
 
