@@ -428,7 +428,7 @@ func TestProxyRulesSmuggling(t *testing.T) {
 		"other.test":       {{Transform: &Transform{Headers: map[string]string{"X-K": "${e2b.secrets.missing}"}}}},
 	}}, true))
 	for second, refused := range map[string]bool{
-		"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n":                       true,
+		"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n":                        true,
 		"GET http://evil.test/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n": true,
 		// Go keeps the first Host and the proxy sends only that one.
 		"GET / HTTP/1.1\r\nHost: api.example.test\r\nHost: evil.test\r\n\r\n": false,

@@ -390,9 +390,10 @@ func (m *Manager) isLocal(a netip.Addr) bool {
 // CutFlows deletes the conntrack flows slot s opened whose destination
 // cut reports true: connections a new policy forbids end at once instead
 // of living on in conntrack. (The slot chain refuses their next packets
-// anyway; this also forgets the NAT state.)
+// anyway; this also forgets the NAT state.) Connections redirected to
+// the egress proxy are left alone: the proxy judges those itself.
 func (m *Manager) CutFlows(s *Slot, cut func(dst netip.Addr) bool) error {
-	_, err := m.nl.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, slotFlows{src: s.SandboxIP, cut: cut})
+	_, err := m.nl.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, slotFlows{src: s.SandboxIP, host: s.HostIP, cut: cut})
 	if err != nil {
 		return fmt.Errorf("network: cutting the connections of %s: %w", s.Name, err)
 	}
@@ -400,12 +401,14 @@ func (m *Manager) CutFlows(s *Slot, cut func(dst netip.Addr) bool) error {
 }
 
 type slotFlows struct {
-	src netip.Addr
-	cut func(netip.Addr) bool
+	src, host netip.Addr
+	cut       func(netip.Addr) bool
 }
 
 func (f slotFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	src, _ := netip.AddrFromSlice(flow.Forward.SrcIP.To4())
 	dst, _ := netip.AddrFromSlice(flow.Forward.DstIP.To4())
-	return src == f.src && f.cut(dst)
+	replier, _ := netip.AddrFromSlice(flow.Reverse.SrcIP.To4())
+	redirected := replier == f.host // answered by the host: the egress proxy
+	return src == f.src && !redirected && f.cut(dst)
 }
