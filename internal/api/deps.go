@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -24,6 +25,8 @@ type Sandboxes interface {
 	Connect(ctx context.Context, teamID, id string, timeout time.Duration) (store.Sandbox, bool, error)
 	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
 	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
+	UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error
+	NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error)
 }
 
 // Templates is what the API needs of the template builder (*template.Builder).

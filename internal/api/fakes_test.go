@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -48,9 +49,13 @@ func (f fakeStore) KeyByHash(_ context.Context, kind store.KeyKind, hash string)
 
 // fakeSandboxes records calls and answers with its functions.
 type fakeSandboxes struct {
-	mu     sync.Mutex
-	calls  []string
-	create func(sandbox.CreateRequest) (store.Sandbox, error)
+	mu      sync.Mutex
+	calls   []string
+	create  func(sandbox.CreateRequest) (store.Sandbox, error)
+	get     func(teamID, id string) (store.Sandbox, error)
+	update  func(teamID, id string, u sandbox.NetworkUpdate) error
+	logs    []sandbox.LogEntry
+	network []egress.Entry
 }
 
 func (f *fakeSandboxes) called(name string) {
@@ -76,7 +81,23 @@ func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (st
 
 func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox, error) {
 	f.called("Get")
+	if f.get != nil {
+		return f.get(teamID, id)
+	}
 	return store.Sandbox{}, sandbox.ErrNotFound
+}
+
+func (f *fakeSandboxes) UpdateNetwork(_ context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+	f.called("UpdateNetwork")
+	if f.update != nil {
+		return f.update(teamID, id, u)
+	}
+	return nil
+}
+
+func (f *fakeSandboxes) NetworkLogs(context.Context, string, string, time.Time, int) ([]egress.Entry, error) {
+	f.called("NetworkLogs")
+	return f.network, nil
 }
 
 func (f *fakeSandboxes) List(_ context.Context, teamID string, _ store.SandboxFilter) ([]store.Sandbox, error) {
@@ -111,7 +132,7 @@ func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time
 
 func (f *fakeSandboxes) Logs(context.Context, string, string, time.Time, int) ([]sandbox.LogEntry, error) {
 	f.called("Logs")
-	return nil, nil
+	return f.logs, nil
 }
 
 // fakeTemplates records calls; err, if set, is what every call returns.

@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -132,7 +133,14 @@ type Config struct {
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
-	Logger  *slog.Logger
+	// Sealer keeps egressProxy passwords; nil: a create naming one fails.
+	Sealer Sealer
+	// CheckEgressProxy refuses an egressProxy address the node would
+	// never dial (it resolves into a range the node refuses sandboxes).
+	CheckEgressProxy func(ctx context.Context, address string) error
+	// Audit is the egress audit log NetworkLogs reads; nil: none.
+	Audit  *egress.Audit
+	Logger *slog.Logger
 }
 
 // Template is what a create's templateID resolved to.
@@ -320,6 +328,11 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.forget(ctx, r.ID)
 			continue
 		}
+		// network.New carried the slot's rules over; this puts them (and
+		// the proxy's registration) back from the record, which wins.
+		if err := m.applyEgress(r, inst); err != nil {
+			m.log.Error("re-applying an adopted sandbox's egress policy", "sandbox", r.ID, "err", err)
+		}
 		l := m.newLive(r, inst)
 		m.mu.Lock()
 		m.live[r.ID] = l
@@ -375,6 +388,19 @@ type CreateRequest struct {
 // ready, and returns its record.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	if err := validateCreate(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	pol, err := compileEgress(req.Extra.Network, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if pol.NeedsProxy() && !m.cfg.Node.HasEgressProxy() {
+		return store.Sandbox{}, fmt.Errorf("%w: this node runs no egress proxy: domains, rules and egressProxy cannot be enforced", ErrInvalid)
+	}
+	if err := m.checkUpstream(ctx, pol); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.sealPassword(req.Extra.Network, req.TeamID); err != nil {
 		return store.Sandbox{}, err
 	}
 	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
@@ -446,9 +472,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
 		}
-		nreq := node.CreateRequest{
-			ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-			AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
+		nreq, err := m.nodeRequest(rec, layers, tmpl.User, tmpl.Workdir, token)
+		if err != nil {
+			return fail(err)
 		}
 		if tmpl.Snapshot != "" {
 			// Restored with its start command running. The envd in the
@@ -463,8 +489,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
 		}
 	}
+	if inst.Egress() == nil {
+		// A warm sandbox: its policy goes on before its user gets it.
+		if err := m.applyEgress(rec, inst); err != nil {
+			return fail(err)
+		}
+	}
 	l := m.newLive(rec, inst)
-	if err := initEnvd(ctx, l, token, rec, tmpl); err != nil {
+	if err := initEnvd(ctx, l, token, rec, tmpl, m.cfg.Node.TrustEnv()); err != nil {
 		return fail(err)
 	}
 	started := time.Now()
@@ -493,12 +525,6 @@ func validateCreate(req CreateRequest) error {
 	}
 	if req.Timeout < 0 {
 		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
-	}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		return fmt.Errorf("%w: allow_internet_access=false is not supported yet: egress policies are not implemented, and Warren does not pretend to enforce one", ErrInvalid)
-	}
-	if n := req.Extra.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
-		return fmt.Errorf("%w: network.allowOut/denyOut are not supported yet: egress policies are not implemented", ErrInvalid)
 	}
 	if len(req.Extra.VolumeMounts) > 0 {
 		return fmt.Errorf("%w: volume mounts are not supported yet", ErrInvalid)
@@ -598,8 +624,11 @@ func (m *Manager) anyWarmLocked() bool {
 
 // initEnvd pushes the sandbox's identity, environment and final access
 // token into envd, authenticating with the token envd has now.
-func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmpl *image.Template) error {
+func initEnvd(ctx context.Context, l *live, token string, rec store.Sandbox, tmpl *image.Template, trust map[string]string) error {
 	envs := map[string]string{}
+	for k, v := range trust { // the node's CA (node.TrustEnv); the template and the request may override
+		envs[k] = v
+	}
 	for k, v := range tmpl.Envs {
 		envs[k] = v
 	}
@@ -1027,10 +1056,12 @@ type Extra struct {
 
 // Network is a sandbox's network configuration as the API gives it.
 type Network struct {
-	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	AllowPublicTraffic *bool                    `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string                 `json:"allowOut,omitempty"`
+	DenyOut            []string                 `json:"denyOut,omitempty"`
+	MaskRequestHost    string                   `json:"maskRequestHost,omitempty"`
+	Rules              map[string][]egress.Rule `json:"rules,omitempty"`
+	EgressProxy        *EgressProxy             `json:"egressProxy,omitempty"`
 }
 
 // VolumeMount mounts a team volume into a sandbox.
