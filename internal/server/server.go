@@ -30,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secret"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -53,6 +54,14 @@ type Config struct {
 	InsecureRegistries                            []string
 	InsecureRuntime                               bool
 	BuildDiskMB                                   int
+	// EgressProxyPort is the host port of the egress proxy (every
+	// address; only redirected sandbox connections are let in); 0 picks
+	// a free one at each start.
+	EgressProxyPort int
+	// EgressCAFile, if set, holds PEM root certificates the egress proxy
+	// trusts, beside the system's, when it re-encrypts to a host that has
+	// rules (an internal service's CA).
+	EgressCAFile string
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -109,7 +118,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	n, nw, err := newNode(cfg, images, envd, log)
+	sealer, err := secret.LoadSealer(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	secrets := secret.New(st, sealer)
+	eg, err := openEgress(cfg, secrets, log)
+	if err != nil {
+		return err
+	}
+	defer eg.close()
+	n, nw, err := newNode(cfg, images, envd, eg, log)
 	if err != nil {
 		return err
 	}
@@ -135,6 +154,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Resolve:  builder.SandboxTemplate,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
+		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
 	})
 	if err != nil {
 		return err
@@ -156,10 +176,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if live, _ := mgr.Count(); live > 0 {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
+	go eg.sweep(ctx, st, log)
 
 	dataDir := cfg.DataDir
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, ClientID: cfg.NodeName, Logger: log,
+		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: func() (int64, error) { return hostres.FreeMB(dataDir) },
 	}), api.Timeouts{})
@@ -241,7 +262,7 @@ func findEnvd(path string) (string, error) {
 
 // newNode builds the node: the runtime, the resolvers sandboxes get, the
 // network (closed by the caller) and the root filesystems over images.
-func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*node.Node, *network.Manager, error) {
+func newNode(cfg Config, images *image.Store, envd string, eg *egressParts, log *slog.Logger) (*node.Node, *network.Manager, error) {
 	rtCfg := runtime.Config{StateDir: filepath.Join(cfg.RunDir, cfg.Runtime), CgroupParent: cfg.CgroupParent}
 	if cfg.Runtime == "runsc" {
 		rtCfg.Binary = setup.RunscPath(cfg.DataDir)
@@ -265,8 +286,13 @@ func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*n
 	if err := dns.WriteFile(resolvConf); err != nil {
 		return nil, nil, err
 	}
-	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers})
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers,
+		ProxyPort: eg.port, AuditGroup: auditGroup(cfg.NetworkPrefix)})
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := eg.start(nw, dns.Nameservers, auditGroup(cfg.NetworkPrefix), log); err != nil {
+		nw.Close()
 		return nil, nil, err
 	}
 	roots, err := rootfs.Open(cfg.DataDir)
@@ -274,7 +300,8 @@ func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*n
 		nw.Close()
 		return nil, nil, err
 	}
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf,
+		EgressProxy: eg.proxy, TrustCA: eg.ca.CertPEM()})
 	if err != nil {
 		nw.Close()
 		return nil, nil, err
