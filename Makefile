@@ -40,7 +40,11 @@ vet:
 
 test: deps build setup vet test-go test-fuzz test-e2e
 
+# Test servers of an earlier run that was killed leave data dirs behind
+# whose names block the next run's servers: sweep-test-leftovers removes
+# those of servers that are gone.
 test-go:
+	scripts/sweep-test-leftovers.sh
 	$(GO) test -count=1 -timeout 30m ./...
 
 # Every fuzz target for a few seconds (make fuzz: longer, FUZZTIME=10m).
@@ -51,17 +55,22 @@ test-fuzz:
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
+# The SDK suite, once per distinct SDK version of the matrix (test/e2e/
+# sdk-matrix.mjs: the pinned e2b and its e2b-sdk-* aliases).
 test-e2e: build
-	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && npx vitest run
+	scripts/sweep-test-leftovers.sh
+	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && node sdk-matrix.mjs --run
 
 bench: deps build setup
 	scripts/bench.sh
 
-# Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002) and
-# prints the exports the E2B SDK needs. Ctrl-C stops it; sandboxes keep
-# running and the next start adopts them.
+# Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002 and,
+# with TLS, :443) and prints the exports the E2B SDK needs. Ctrl-C stops
+# it; sandboxes keep running and the next start adopts them.
+# PROXY_TLS_ADDR= (empty) runs without the HTTPS proxy.
+PROXY_TLS_ADDR ?= 127.0.0.1:443
 run: deps build setup
-	$(BIN)/warren serve
+	$(BIN)/warren serve $(if $(PROXY_TLS_ADDR),--proxy-tls-addr $(PROXY_TLS_ADDR))
 
 clean:
 	rm -rf $(BIN)

@@ -20,6 +20,11 @@ go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | 
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
 
 echo
+echo "## sandbox proxy internals (go test -bench): TLS leaves and handshakes, signed-URL routing on a full node"
+go test -run '^$' -bench . -benchtime 2000x ./internal/ingress/ | grep '^Benchmark'
+go test -run '^$' -bench 'SignedBy' -benchtime 2000x ./internal/sandbox/ | grep '^Benchmark'
+
+echo
 echo "## sandboxes on this node (go test -bench ./internal/node, root; medians and p99 in ms)"
 bin/warren setup >/dev/null
 go test -run '^$' -bench . -benchtime 20x -timeout 30m ./internal/node/ | awk '

@@ -28,6 +28,20 @@ func (l *registryList) Set(v string) error {
 	return nil
 }
 
+// addrList is --proxy-tls-addr: repeatable, each comma-separated.
+type addrList []string
+
+func (l *addrList) String() string { return strings.Join(*l, ",") }
+
+func (l *addrList) Set(v string) error {
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			*l = append(*l, a)
+		}
+	}
+	return nil
+}
+
 func runServe(ctx context.Context, args []string) error {
 	var f server.Config
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
@@ -36,13 +50,18 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.APIAddr, "api-addr", "127.0.0.1:3000", "address of the platform API (E2B_API_URL)")
 	fs.StringVar(&f.ProxyAddr, "proxy-addr", "127.0.0.1:3002", "address of the sandbox proxy (E2B_SANDBOX_URL)")
 	fs.StringVar(&f.Domain, "domain", "localhost", "sandbox hosts are {port}-{sandboxID}.DOMAIN")
+	fs.Var((*addrList)(&f.ProxyTLSAddrs), "proxy-tls-addr", "`ADDR` where the sandbox proxy also serves HTTPS, e.g. 127.0.0.1:443 (repeatable, or comma-separated; default: no HTTPS)")
+	fs.StringVar(&f.TLSCert, "tls-cert", "", "certificate chain (PEM) of the HTTPS proxy, a wildcard for *.DOMAIN (default: one Warren's local CA in DATA-DIR/ingress signs)")
+	fs.StringVar(&f.TLSKey, "tls-key", "", "the --tls-cert's private key (PEM)")
 	fs.StringVar(&f.Runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc (needs --insecure-runtime)")
 	fs.BoolVar(&f.InsecureRuntime, "insecure-runtime", false, "allow --runtime runc, whose sandboxes share the host kernel with the code they run (trusted code only)")
 	fs.StringVar(&f.Envd, "envd", "", "the static envd binary (default: envd beside this executable)")
-	fs.StringVar(&f.RunDir, "run-dir", "/run/warren", "runtime state (tmpfs)")
-	fs.StringVar(&f.CgroupParent, "cgroup-parent", "/warren", "cgroup under which sandboxes get theirs")
-	fs.StringVar(&f.NetworkCIDR, "network-cidr", network.DefaultCIDR.String(), "IPv4 range sandbox addresses come from")
-	fs.StringVar(&f.NetworkPrefix, "network-prefix", network.DefaultPrefix, "name prefix of network namespaces, veths and nftables tables")
+	// Left empty, the host settings are derived from the data dir (see
+	// internal/server's claims): another data dir never shares them.
+	fs.StringVar(&f.RunDir, "run-dir", "", "runtime state (tmpfs) (default: /run/warren for /var/lib/warren, else /run/warren-HASH of the data dir)")
+	fs.StringVar(&f.CgroupParent, "cgroup-parent", "", "cgroup under which sandboxes get theirs (default: /warren for /var/lib/warren, else /warren-HASH)")
+	fs.StringVar(&f.NetworkCIDR, "network-cidr", "", "IPv4 range sandbox addresses come from (default: "+network.DefaultCIDR.String()+" for /var/lib/warren, else a /16 of 10.12-10.111 from the data dir's HASH)")
+	fs.StringVar(&f.NetworkPrefix, "network-prefix", "", "name prefix of network namespaces, veths and nftables tables (default: "+network.DefaultPrefix+" for /var/lib/warren, else xHASH)")
 	fs.StringVar(&f.NodeName, "node-name", "local", "this node's name in sandbox records")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")

@@ -1,6 +1,7 @@
 // Package baseimage builds Warren's built-in `base` template: Debian 12 by
 // debootstrap from this machine's apt mirror, with the tools the E2B SDK
-// expects (python3, nodejs, npm, git, curl, sudo) and the user `user`.
+// expects (python3 and python, nodejs, npm, git, curl, sudo) and the user
+// `user`.
 // The template and its layer live in the image store (internal/image),
 // which serialises the build between processes and keeps an old layer
 // for the sandboxes still running on it when the recipe changes.
@@ -19,7 +20,7 @@ const TemplateID = "base"
 // baseRecipe names the recipe in debian.go; change it whenever the recipe
 // changes so that `warren setup` rebuilds the base on machines that have an
 // old one. The old layer stays (sandboxes may still run on it).
-const baseRecipe = "debian-bookworm-v3"
+const baseRecipe = "debian-bookworm-v4"
 
 // Options configures Ensure.
 type Options struct {
@@ -28,7 +29,7 @@ type Options struct {
 	Mirror string
 }
 
-// Ensure builds the base template (Debian 12 with python3, nodejs,
+// Ensure builds the base template (Debian 12 with python3 and python, nodejs,
 // npm, git, curl, sudo and the user `user`, uid 1000, with passwordless
 // sudo) unless a complete one of the current recipe exists, which makes a
 // second call return at once. It is safe to call from several processes at

@@ -103,6 +103,7 @@ func TestEnsureBase(t *testing.T) {
 	}()
 	script := `set -e
 python3 -c 'import sys; print("python", sys.version_info[0])'
+python -c 'import sys; print("plain python", sys.version_info[0])' # E2B's base has both
 node -e 'console.log("node", process.version)'
 npm --version
 git --version
@@ -123,7 +124,7 @@ su user -c 'sudo -n id -u'
 	if err != nil {
 		t.Fatalf("tools in the base: %v", err)
 	}
-	for _, want := range []string{"python 3", "node v18", "git version", "curl ", "GNU bash", "user 1000:1000 /home/user", "\n0\n"} {
+	for _, want := range []string{"python 3", "plain python 3", "node v18", "git version", "curl ", "GNU bash", "user 1000:1000 /home/user", "\n0\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}

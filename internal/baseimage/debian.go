@@ -23,7 +23,7 @@ const (
 // basePackages are installed into the Debian minbase system.
 var basePackages = []string{
 	"bash", "ca-certificates", "curl", "git", "iproute2", "nodejs", "npm",
-	"procps", "python3", "sudo",
+	"procps", "python3", "python-is-python3", "sudo",
 }
 
 // buildDebian builds the base layer into dir: debootstrap (minbase), the

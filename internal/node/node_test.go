@@ -112,6 +112,7 @@ func newTestNode(t testing.TB, runtimeName string, nwCfg network.Config, resolvC
 	if err != nil {
 		t.Fatal(err)
 	}
+	sweepEarlierRun(t, rt, nw, nwCfg.Prefix)
 	n, err := New(Config{Runtime: rt, Network: nw, Rootfs: LocalRootfs(fixture.roots, fixture.store), EnvdPath: fixture.envd, ResolvConf: resolvConf})
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +123,36 @@ func newTestNode(t testing.TB, runtimeName string, nwCfg network.Config, resolvC
 		}
 	})
 	return n
+}
+
+// swept holds the runtimes' state dirs and network prefixes this test
+// process has swept.
+var swept sync.Map
+
+// sweepEarlierRun removes, before this process first uses a runtime state
+// dir or a network prefix, what an earlier test run that was killed left
+// under it (containers, namespaces, veths): those are not this run's
+// leaks, which TestNothingLeft reports.
+func sweepEarlierRun(t testing.TB, rt runtime.Runtime, nw *network.Manager, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, done := swept.LoadOrStore("runtime "+rt.Name(), true); !done {
+		containers, err := rt.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range containers {
+			t.Logf("removing container %s of an earlier run", c.ID)
+			if err := rt.Delete(ctx, c.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, done := swept.LoadOrStore("prefix "+prefix, true); !done {
+		if err := nw.Cleanup(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func baseRequest(t testing.TB, id string) CreateRequest {

@@ -28,6 +28,11 @@ type fakeNode struct {
 	paused  bool
 	err     error // Resolve's answer for "broken"
 	up      string
+	// ends are the tracked exchanges by sandbox; signedBy counts the
+	// tokens SignedBy offered.
+	ends     map[string]map[int]func()
+	nextEnd  int
+	signedBy int
 }
 
 var sandboxIPs = map[string]netip.Addr{
@@ -63,6 +68,62 @@ func (n *fakeNode) Resume(_ context.Context, id string) error {
 	return nil
 }
 
+func (n *fakeNode) Track(id string, end func()) (func(), error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := sandboxIPs[id]; !ok {
+		return nil, ErrNotFound
+	}
+	if n.ends == nil {
+		n.ends = map[string]map[int]func(){}
+	}
+	if n.ends[id] == nil {
+		n.ends[id] = map[int]func(){}
+	}
+	n.nextEnd++
+	key := n.nextEnd
+	n.ends[id][key] = end
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(n.ends[id], key)
+	}, nil
+}
+
+// kill ends the exchanges tracked for id, as the manager does on kill.
+func (n *fakeNode) kill(id string) int {
+	n.mu.Lock()
+	ends := n.ends[id]
+	delete(n.ends, id)
+	n.mu.Unlock()
+	for _, end := range ends {
+		end()
+	}
+	return len(ends)
+}
+
+func (n *fakeNode) tracked(id string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.ends[id])
+}
+
+func (n *fakeNode) SignedBy(signed func(string) bool) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	found := ""
+	for _, id := range []string{"sbx1", "sbx2", "paused"} {
+		n.signedBy++
+		if signed("envd-"+id) && found == "" {
+			found = id
+		}
+	}
+	if found == "" {
+		return "", ErrNotFound
+	}
+	return found, nil
+}
+
 func (n *fakeNode) take() (dialed, resumed []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -72,7 +133,12 @@ func (n *fakeNode) take() (dialed, resumed []string) {
 }
 
 func newFakeNode(t *testing.T) (*fakeNode, *Proxy, *syncLog) {
-	up := httptest.NewServer(echo())
+	return newFakeNodeWith(t, echo())
+}
+
+// newFakeNodeWith is newFakeNode whose sandboxes all answer with h.
+func newFakeNodeWith(t *testing.T, h http.Handler) (*fakeNode, *Proxy, *syncLog) {
+	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	n := &fakeNode{up: strings.TrimPrefix(up.URL, "http://")}
 	log := &syncLog{}

@@ -23,6 +23,24 @@
 // their client address's budget; once it is spent, that address gets 429
 // with Retry-After.
 //
+// Signed URLs. The SDK's uploadUrl() and downloadUrl() with E2B_SANDBOX_URL
+// set name no sandbox: they are /files URLs on the proxy's own host with a
+// signature made from one sandbox's envd access token. A GET or POST to
+// /files that no header or host routes is routed by that signature: to
+// the sandbox whose token made it (Resolver.SignedBy checks every
+// sandbox's token, in constant time each, whatever matches). Nothing tells
+// a caller which part of a bad signature failed: path, user, operation
+// and token are all "invalid signature" (401, spending the address's
+// budget); an expired but genuine one reaches envd, which says so.
+//
+// Kill and pause end traffic. Every exchange the proxy carries is
+// registered with its sandbox (Resolver.Track); when the sandbox is
+// killed or paused, each one ends at once: an exchange still waiting for
+// its answer gets the 502 of a gone sandbox, one whose answer is under
+// way (a command's output stream) or a WebSocket is cut, which the SDK
+// reads as a dropped connection and, finding the sandbox gone, reports as
+// a TimeoutError.
+//
 // Responses are flushed as they come (Connect server streams and
 // long-polls must not be buffered), and WebSocket upgrades pass through.
 // Each sandbox has its own transport, owned by the resolver: sandbox
@@ -49,6 +67,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envdinfo"
+	"github.com/warren-sandbox/warren/internal/filesig"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/reqid"
 )
@@ -87,6 +106,17 @@ type Resolver interface {
 	Resolve(ctx context.Context, sandboxID string) (Target, error)
 	// Resume thaws a paused sandbox (it may block briefly).
 	Resume(ctx context.Context, sandboxID string) error
+	// Track registers an exchange the proxy carries to a sandbox: when
+	// the sandbox is killed or paused its owner calls end, which ends
+	// the exchange at once; the proxy calls untrack when the exchange
+	// ends by itself. A sandbox gone or paused meanwhile is ErrNotFound
+	// or ErrTransitioning.
+	Track(sandboxID string, end func()) (untrack func(), err error)
+	// SignedBy finds the sandbox whose envd access token signed a URL:
+	// it calls signed with the token of every sandbox Resolve would find
+	// (all of them, whatever the answers, so that the time taken tells
+	// nothing) and returns one for which it held, else ErrNotFound.
+	SignedBy(signed func(envdAccessToken string) bool) (sandboxID string, err error)
 }
 
 // Config configures a Proxy.
@@ -178,9 +208,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
+	signed := false
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "", 0, err.Error())
-		return
+		q, op, ok := signedFilesRequest(r)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "", 0, err.Error())
+			return
+		}
+		if id, err = p.cfg.Resolver.SignedBy(func(token string) bool { return q.Signed(op, token) }); err != nil {
+			p.failures.Spend(client)
+			writeError(w, http.StatusUnauthorized, "", 0, "invalid signature")
+			return
+		}
+		port, signed = envdinfo.Port, true
 	}
 	traffic := r.Header.Values(trafficTokenHeader)
 	if len(traffic) > 1 {
@@ -198,7 +238,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.Paused {
-		if port == envdinfo.Port && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
+		if port == envdinfo.Port && !signed && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
 			p.failures.Spend(client)
 			writeError(w, http.StatusUnauthorized, id, 0, "the sandbox is paused: a request to envd resumes it only with the sandbox's access token in X-Access-Token")
 			return
@@ -208,6 +248,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	untrack, err := p.cfg.Resolver.Track(id, func() { cancel(errSandboxEnded) })
+	if err != nil {
+		p.resolveError(w, r, id, err)
+		return
+	}
+	defer untrack()
 	rt := &route{sandboxID: id, port: port, target: t}
 	// The upstream may answer before it has read the whole request body
 	// (a Connect stream answers once it has the first message). Without
@@ -215,7 +263,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// transport that is still copying it upstream, which breaks the
 	// upstream connection mid-response.
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+}
+
+// errSandboxEnded is the cause that ends the exchanges of a sandbox being
+// killed or paused.
+var errSandboxEnded = errors.New("the sandbox was killed or paused")
+
+// signedFilesRequest reports whether r is a GET or POST of envd's /files
+// with a signature in its query, and returns the query and the operation
+// the signature must be for.
+func signedFilesRequest(r *http.Request) (filesig.Query, string, bool) {
+	op := filesig.Operation(r.Method)
+	if r.URL.Path != "/files" || op == "" {
+		return filesig.Query{}, "", false
+	}
+	q, err := filesig.ParseQuery(r.URL.RawQuery)
+	if err != nil || q.Signature == "" {
+		return filesig.Query{}, "", false
+	}
+	return q, op, true
 }
 
 const trafficTokenHeader = "E2b-Traffic-Access-Token"
@@ -403,6 +470,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // exchange broke off.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	rt := r.Context().Value(routeKey{}).(*route)
+	if errors.Is(context.Cause(r.Context()), errSandboxEnded) {
+		writeError(w, http.StatusBadGateway, rt.sandboxID, 0, "The sandbox was not found")
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client left: not an error, and nobody reads an answer.
 		p.log.Debug("sandbox client went away", "sandbox", rt.sandboxID, "port", rt.port, "err", err)

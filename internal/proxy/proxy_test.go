@@ -23,6 +23,8 @@ type resolverFunc func(ctx context.Context, id string) (Target, error)
 
 func (f resolverFunc) Resolve(ctx context.Context, id string) (Target, error) { return f(ctx, id) }
 func (f resolverFunc) Resume(ctx context.Context, id string) error            { return nil }
+func (f resolverFunc) Track(string, func()) (func(), error)                   { return func() {}, nil }
+func (f resolverFunc) SignedBy(func(string) bool) (string, error)             { return "", ErrNotFound }
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 

@@ -13,8 +13,11 @@
 //
 // Lifecycle. A sandbox is creating while its resources are being made,
 // then running; a running sandbox can be paused (frozen in place) and
-// resumed; kill ends it. Each transition is written to the store before
-// the runtime acts, so that a warren restarted after a crash can tell
+// resumed; kill ends it. Kill and pause also end at once every exchange
+// the proxy carries to the sandbox (it registers them with Track;
+// endTraffic ends them), so that no stream outlives a sandbox that no
+// longer answers. Each transition is written to the store before the
+// runtime acts, so that a warren restarted after a crash can tell
 // what it left: Start adopts the running and paused sandboxes the store
 // knows on this node and removes everything else (half-made sandboxes,
 // containers, mounts and network slots nobody knows).
@@ -188,6 +191,10 @@ type live struct {
 	trafficToken string
 	envdToken    string
 	maskHost     string
+	// traffic ends the exchanges the proxy carries to it (Track); guarded
+	// by Manager.mu.
+	traffic     map[uint64]func()
+	nextTraffic uint64
 	// Fixed for the sandbox's life; what its metrics are computed with.
 	cpuCount, memoryMB int
 	startedAt          time.Time
@@ -733,6 +740,9 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 		delete(m.perTeam, l.teamID)
 	}
 	m.mu.Unlock()
+	// Before anything is taken apart: its streams end now, not when
+	// their clients give up on a sandbox that no longer answers.
+	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
 	if err := m.setState(ctx, l.id, store.StateKilled, time.Time{}); err != nil {
 		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
@@ -839,6 +849,7 @@ func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 	m.mu.Lock()
 	l.paused, l.pausedAt = true, pausedAt
 	m.mu.Unlock()
+	m.endTraffic(l)
 	return true, nil
 }
 
@@ -916,6 +927,73 @@ func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) 
 		IP: l.inst.Slot.SandboxIP, Transport: l.transport, TrafficToken: l.trafficToken, MaskRequestHost: l.maskHost,
 		EnvdAccessToken: l.envdToken, Paused: l.paused,
 	}, nil
+}
+
+// Track implements proxy.Resolver: it registers an exchange the proxy
+// carries to a running sandbox, which endTraffic ends.
+func (m *Manager) Track(id string, end func()) (untrack func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	switch {
+	case l == nil:
+		return nil, proxy.ErrNotFound
+	case l.paused:
+		return nil, proxy.ErrTransitioning // paused since the proxy resolved it
+	}
+	if l.traffic == nil {
+		l.traffic = map[uint64]func(){}
+	}
+	l.nextTraffic++
+	key := l.nextTraffic
+	l.traffic[key] = end
+	return func() {
+		m.mu.Lock()
+		delete(l.traffic, key)
+		m.mu.Unlock()
+	}, nil
+}
+
+// endTraffic ends every exchange the proxy carries to l, at once: kill
+// and pause call it once the sandbox is no longer running (gone from
+// m.live, or marked paused), so that no exchange registers after it.
+func (m *Manager) endTraffic(l *live) {
+	m.mu.Lock()
+	ends := l.traffic
+	l.traffic = nil
+	m.mu.Unlock()
+	for _, end := range ends {
+		end()
+	}
+	if len(ends) > 0 {
+		m.log.Debug("ended the sandbox's proxied traffic", "sandbox", l.id, "exchanges", len(ends))
+	}
+}
+
+// SignedBy implements proxy.Resolver: it offers the envd token of every
+// sandbox Resolve finds to signed, all of them whatever the answers, and
+// returns one for which it held. The work is bounded by the node's
+// sandboxes (MaxSandboxes).
+func (m *Manager) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
+	type candidate struct{ id, token string }
+	m.mu.Lock()
+	cands := make([]candidate, 0, len(m.live))
+	for id, l := range m.live {
+		if !l.paused || l.autoResume {
+			cands = append(cands, candidate{id, l.envdToken})
+		}
+	}
+	m.mu.Unlock()
+	found := ""
+	for _, c := range cands {
+		if signed(c.token) && found == "" {
+			found = c.id
+		}
+	}
+	if found == "" {
+		return "", proxy.ErrNotFound
+	}
+	return found, nil
 }
 
 // Resume implements proxy.Resolver: it resumes a paused autoResume

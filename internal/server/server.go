@@ -1,8 +1,10 @@
-// Package server assembles and runs `warren serve`: it opens the store,
-// the image store and root filesystems, builds the node (runtime,
-// network, envd), the template builder, the sandbox manager, the API and
-// the proxy, serves until its context ends, and shuts them down. cmd/warren
-// only parses the flags into a Config.
+// Package server assembles and runs `warren serve`: it claims the host
+// settings of its data dir (claims.go: another live server's are never
+// touched), opens the store, the image store and root filesystems, builds
+// the node (runtime, network, envd), the template builder, the sandbox
+// manager, the API and the proxy (plain, and over TLS with
+// internal/ingress), serves until its context ends, and shuts them down.
+// cmd/warren only parses the flags into a Config.
 package server
 
 import (
@@ -16,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/api"
@@ -23,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/ingress"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -40,6 +44,10 @@ import (
 // meaning).
 type Config struct {
 	DataDir, StoreURL, APIAddr, ProxyAddr, Domain string
+	// ProxyTLSAddrs are where the proxy also listens with TLS (none: no
+	// TLS); TLSCert and TLSKey its certificate, else the local CA's.
+	ProxyTLSAddrs                                 []string
+	TLSCert, TLSKey                               string
 	Runtime, Envd, RunDir, CgroupParent           string
 	NetworkCIDR, NetworkPrefix, NodeName          string
 	RegistryMirror                                string
@@ -78,6 +86,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := checkRuntime(cfg.Runtime, cfg.InsecureRuntime); err != nil {
 		return err
 	}
+	if err := hostDefaults(&cfg); err != nil {
+		return err
+	}
 	// Listen first: a taken port should fail before anything is started.
 	apiLn, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
@@ -89,6 +100,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer proxyLn.Close()
+	tlsLns, err := listenTLS(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, ln := range tlsLns {
+			ln.Close()
+		}
+	}()
+
+	// Before anything on the host is touched: another live server's
+	// names and range are never ours to clean up.
+	releaseClaims, err := claimHost(cfg)
+	if err != nil {
+		return err
+	}
+	defer releaseClaims()
+	log.Info("host settings claimed", "data_dir", cfg.DataDir, "network_prefix", cfg.NetworkPrefix, "network_cidr", cfg.NetworkCIDR,
+		"run_dir", cfg.RunDir, "cgroup_parent", cfg.CgroupParent)
 
 	// Before anything is written there.
 	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
@@ -184,13 +214,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: func() (int64, error) { return hostres.FreeMB(dataDir) },
 	}), api.Timeouts{})
-	proxySrv := proxy.NewHTTPServer(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
-	errc := make(chan error, 2)
+	proxyHandler := proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log})
+	proxySrv := proxy.NewHTTPServer(proxyHandler)
+	var tlsSrv *http.Server
+	var certs *ingress.Certs
+	if len(tlsLns) > 0 {
+		if certs, err = ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir}); err != nil {
+			return err
+		}
+		tlsSrv = proxy.NewHTTPServer(proxyHandler)
+		tlsSrv.TLSConfig = certs.TLSConfig()
+	}
+	errc := make(chan error, 2+len(tlsLns))
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- proxySrv.Serve(proxyLn) }()
+	for _, ln := range tlsLns {
+		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
+	}
 	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
-		"runtime", cfg.Runtime, "data_dir", cfg.DataDir)
-	printExports(out, cfg, apiLn.Addr(), proxyLn.Addr(), creds)
+		"proxy_tls", tlsAddrs(tlsLns), "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+	printExports(out, cfg, apiLn.Addr(), proxyLn.Addr(), creds, tlsLns, certs)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -201,6 +244,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	_ = apiSrv.Shutdown(sctx)
 	// Sandbox streams (a command's output) may be open for hours: don't wait.
 	_ = proxySrv.Close()
+	if tlsSrv != nil {
+		_ = tlsSrv.Close()
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -210,13 +256,57 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // printExports prints the settings the E2B SDK needs to reach this
 // server; the API key is the first start's, else read from the
 // credentials file.
-func printExports(out io.Writer, cfg Config, apiAddr, proxyAddr net.Addr, creds *auth.Credentials) {
+func printExports(out io.Writer, cfg Config, apiAddr, proxyAddr net.Addr, creds *auth.Credentials, tlsLns []net.Listener, certs *ingress.Certs) {
 	key := fmt.Sprintf("$(sed -n 's/^E2B_API_KEY=//p' %s)", filepath.Join(cfg.DataDir, "credentials"))
 	if creds != nil {
 		key = creds.APIKey
 	}
-	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n",
 		apiAddr, proxyAddr, cfg.Domain, key)
+	if certs != nil && certs.CAFile() != "" {
+		// Node reads it once, at start: set it before the SDK's process starts.
+		fmt.Fprintf(out, "  export NODE_EXTRA_CA_CERTS=%s\n", certs.CAFile())
+	}
+	if len(tlsLns) > 0 {
+		fmt.Fprintf(out, "Sandbox hosts are served over HTTPS too (%s): https://{port}-{sandboxID}.%s, the SDK's URLs when E2B_SANDBOX_URL is unset",
+			tlsAddrs(tlsLns), cfg.Domain)
+		if _, port, _ := net.SplitHostPort(tlsLns[0].Addr().String()); port != "443" {
+			fmt.Fprint(out, " (which the SDK expects on port 443)")
+		}
+		fmt.Fprintln(out, ".")
+	}
+	fmt.Fprintln(out)
+}
+
+// listenTLS listens on the TLS proxy's addresses; a certificate without
+// any is a mistake worth saying.
+func listenTLS(cfg Config) ([]net.Listener, error) {
+	if len(cfg.ProxyTLSAddrs) == 0 {
+		if cfg.TLSCert != "" || cfg.TLSKey != "" {
+			return nil, errors.New("--tls-cert and --tls-key are for the TLS proxy: give --proxy-tls-addr too")
+		}
+		return nil, nil
+	}
+	var lns []net.Listener
+	for _, addr := range cfg.ProxyTLSAddrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("--proxy-tls-addr: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+func tlsAddrs(lns []net.Listener) string {
+	var s []string
+	for _, ln := range lns {
+		s = append(s, ln.Addr().String())
+	}
+	return strings.Join(s, ",")
 }
 
 // openImages opens the image store, whose pulls stop at the disk reserve,

@@ -619,3 +619,68 @@ func tarDir(dir string) io.ReadCloser {
 	}()
 	return pr
 }
+
+// TestCopyAndRunShareTheWorkdir: in an image without WORKDIR, a COPY to a
+// relative destination lands where RUN steps run, the home of the build's
+// user, as in E2B's builder (it once landed under /, while RUN ran in
+// /root); with a USER it is that user's home, with a WORKDIR the workdir.
+func TestCopyAndRunShareTheWorkdir(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref := host + "/warren/noworkdir:1"
+	e := newEnv(t, newStore(t), func(c *Config) { c.InsecureRegistries = []string{host} })
+
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return tarDir(filepath.Join(setup.DefaultDataDir, "layers", baseLayer)), nil
+	}, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What debian:12 says: neither USER nor WORKDIR.
+	if img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	const hash = "feedfacefeedface"
+	files := map[string][]byte{hash: tarOf(t, map[string]string{"a.txt": "copied\n"})}
+	c, st := e.buildAs("t1", "noworkdir", files, buildspec.Spec{FromImage: ref, Steps: []buildspec.Step{
+		{Type: "COPY", Args: []string{"a.txt", "rel/a.txt"}, FilesHash: hash},
+		{Type: "RUN", Args: []string{`pwd > /tmp/run-pwd && cat rel/a.txt > /tmp/run-saw`}},
+		{Type: "USER", Args: []string{"user"}},
+		{Type: "COPY", Args: []string{"a.txt", "mine/"}, FilesHash: hash},
+		{Type: "RUN", Args: []string{`pwd > /tmp/user-pwd && cat mine/a.txt > /tmp/user-saw`}},
+		{Type: "WORKDIR", Args: []string{"/srv/w"}},
+		{Type: "COPY", Args: []string{"a.txt", "here.txt"}, FilesHash: hash},
+		{Type: "RUN", Args: []string{`pwd > /tmp/w-pwd && cat here.txt > /tmp/w-saw`}},
+	}})
+	if st.Build.Status != store.BuildReady {
+		t.Fatalf("status %s: %s\n%s", st.Build.Status, st.Build.ReasonMessage, e.messages(c.BuildID))
+	}
+	// Each step's layer holds what it wrote.
+	for _, f := range []struct {
+		layer      int
+		name, want string
+	}{
+		{1, "root/rel/a.txt", "copied\n"},
+		{2, "tmp/run-pwd", "/root\n"},
+		{2, "tmp/run-saw", "copied\n"},
+		{3, "home/user/mine/a.txt", "copied\n"},
+		{4, "tmp/user-pwd", "/home/user\n"},
+		{4, "tmp/user-saw", "copied\n"},
+		{6, "srv/w/here.txt", "copied\n"},
+		{7, "tmp/w-pwd", "/srv/w\n"},
+		{7, "tmp/w-saw", "copied\n"},
+	} {
+		if got := e.layerFile(c.BuildID, f.layer, f.name); got != f.want {
+			t.Errorf("layer %d %s = %q, want %q", f.layer, f.name, got, f.want)
+		}
+	}
+}

@@ -396,8 +396,12 @@ func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID 
 		if len(s.Args) > 3 {
 			mode = s.Args[3]
 		}
-		if !path.IsAbs(dest) {
-			d := path.Join("/", st.workdir, dest)
+		// A relative destination is taken from the working directory RUN
+		// steps run in: the workdir, else (as in E2B's builder) the home
+		// of the step's user, which only the build sandbox knows (the
+		// copy script looks it up).
+		if !path.IsAbs(dest) && st.workdir != "" {
+			d := path.Join(st.workdir, dest)
 			if strings.HasSuffix(dest, "/") {
 				d += "/"
 			}
@@ -419,7 +423,13 @@ func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID 
 		if err != nil {
 			return fmt.Errorf("the uploaded files of hash %s: %w", s.FilesHash, err)
 		}
-		return b.layerStep(ctx, lg, st, bd, force, []string{"COPY", src, dest, user, mode, "sha256:" + digest}, func(c *envdClient) error {
+		key := []string{"COPY", src, dest, user, mode, "sha256:" + digest}
+		if !path.IsAbs(dest) {
+			// Layers cached before relative meant the user's home (it
+			// meant /) must not be taken for this one.
+			key = append(key, "relative-to-home")
+		}
+		return b.layerStep(ctx, lg, st, bd, force, key, func(c *envdClient) error {
 			inSandbox := "/tmp/.warren-copy-" + digest
 			if _, err := archive.Seek(0, io.SeekStart); err != nil {
 				return err
@@ -428,7 +438,7 @@ func (b *Builder) step(ctx context.Context, lg *buildLog, st *state, templateID 
 				return err
 			}
 			return b.exec(ctx, lg, c, execSpec{User: "root", Cwd: "/", Script: copyScript,
-				Args: []string{inSandbox, strconv.FormatBool(gz), src, dest, user, mode}})
+				Args: []string{inSandbox, strconv.FormatBool(gz), src, dest, user, mode, st.user}})
 		})
 	}
 	return fmt.Errorf("unknown step type %q", s.Type)
@@ -453,9 +463,24 @@ func archiveDigest(f *os.File) (string, bool, error) {
 // ($4) the way COPY does (a directory's contents, a file into a
 // directory or to a path), then gives it to the user ($5) and sets the
 // mode ($6) if given. Directories it has to make belong to the user too,
-// so that a user's COPY into a new directory can be worked in.
+// so that a user's COPY into a new directory can be worked in. A relative
+// dest is under the home of the build's user ($7, a name or uid; root if
+// empty), where RUN steps run without a WORKDIR: /etc/passwd is read
+// with the shell alone, since an image need not have getent or awk.
 const copyScript = `set -eu
-archive="$1"; gz="$2"; src="$3"; dest="$4"; owner="$5"; mode="$6"
+archive="$1"; gz="$2"; src="$3"; dest="$4"; owner="$5"; mode="$6"; ctxuser="${7:-root}"
+case "$dest" in
+/*) ;;
+*)
+  who="${ctxuser%%:*}"; home=""
+  if [ -r /etc/passwd ]; then
+    while IFS=: read -r pname _ puid _ _ phome _; do
+      if [ "$pname" = "$who" ] || [ "$puid" = "$who" ]; then home="$phome"; break; fi
+    done < /etc/passwd
+  fi
+  case "$home" in /*) ;; *) home=/ ;; esac
+  dest="${home%/}/$dest" ;;
+esac
 give() { if [ -n "$owner" ]; then chown -R "$owner:" "$1" 2>/dev/null || chown -R "$owner" "$1"; else chown -R 0:0 "$1"; fi; }
 mkdirs() {
   d="$1"; top=""

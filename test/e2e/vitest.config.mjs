@@ -1,16 +1,28 @@
+import { createRequire } from 'node:module'
 import { defineConfig } from 'vitest/config'
+
+// The SDK under test: `e2b`, or another version of the matrix
+// (E2B_SDK_PACKAGE=e2b-sdk-…, see sdk-matrix.mjs), which every test's
+// import of 'e2b' then resolves to.
+const sdk = process.env.E2B_SDK_PACKAGE || 'e2b'
+if (sdk !== 'e2b' && !sdk.startsWith('e2b-sdk-')) throw new Error(`E2B_SDK_PACKAGE=${sdk}: want e2b or an e2b-sdk-* alias`)
+const sdkVersion = createRequire(import.meta.url)(`${sdk}/package.json`).version
+console.log(`e2b SDK under test: ${sdkVersion} (${sdk})`)
+const alias = sdk === 'e2b' ? [] : [{ find: /^e2b$/, replacement: sdk }]
 
 // Two projects. "envd": the SDK in debug mode against one real envd on
 // localhost:49983 (the daemon alone). "platform": the SDK as a user runs
 // it, against a real `warren serve` that starts real sandboxes. Files
 // run one after another: each project shares one server.
 export default defineConfig({
+  resolve: { alias },
   test: {
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 60_000,
     projects: [
       {
+        resolve: { alias },
         test: {
           name: 'envd',
           globalSetup: ['./setup/envd.mjs'],
@@ -22,6 +34,7 @@ export default defineConfig({
         },
       },
       {
+        resolve: { alias },
         test: {
           name: 'platform',
           globalSetup: ['./setup/warren.mjs'],

@@ -30,8 +30,9 @@ const (
 	netCIDR      = "10.127.0.0/16"
 	runDir       = "/run/warren-sec"
 	cgroupParent = "/warren-sec"
-	// The runc case's server has names of its own.
-	runcPrefix, runcCIDR, runcRunDir, runcCgroupParent = "wsecr", "10.127.255.0/24", "/run/warren-sec-runc", "/warren-sec-runc"
+	// The runc case's server has names of its own, and a range apart from
+	// the suite server's (a server refuses a range overlapping a live one's).
+	runcPrefix, runcCIDR, runcRunDir, runcCgroupParent = "wsecr", "10.128.255.0/24", "/run/warren-sec-runc", "/warren-sec-runc"
 	// installed is where `warren setup` put runsc and the base template.
 	installed = "/var/lib/warren"
 	// dataFSMB is the size of the loop-mounted file system of the data
@@ -44,6 +45,8 @@ const (
 	maxUploadMB = 16
 	// pausedRetention is --paused-retention, when the server has the flag.
 	pausedRetention = 8 * time.Second
+	// tlsHost is the loopback address of the HTTPS proxy.
+	tlsHost = "127.0.0.8"
 )
 
 // S is the suite's server and what the tests share. TestMain sets it up.
@@ -224,6 +227,8 @@ type server struct {
 	flags              map[string]bool
 	// prefix, cidr, runDir and cgroupParent are this server's names.
 	prefix, cidr, runDir, cgroupParent string
+	// tlsAddr is the HTTPS proxy's address, when the build has it.
+	tlsAddr string
 }
 
 // serveFlags lists the flags `warren serve` has, from its -h output.
@@ -295,6 +300,16 @@ func (v *server) start(s *suite, extra []string) error {
 			if v.has(flag) {
 				v.args = append(v.args, "--"+flag, val)
 			}
+		}
+		// The HTTPS proxy (issue 12) on a loopback address of the suite's
+		// own, so that it never meets another server's :443.
+		if v.has("proxy-tls-addr") {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			v.tlsAddr = fmt.Sprintf("%s:%d", tlsHost, port)
+			v.args = append(v.args, "--proxy-tls-addr", v.tlsAddr)
 		}
 		v.args = append(v.args, extra...)
 	}

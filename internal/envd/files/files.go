@@ -89,7 +89,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, q fileQue
 		writeError(w, http.StatusUnauthorized, "envd has no access token yet")
 		return false
 	}
-	if err := q.verify(operation, token, h.now()); err != nil {
+	if err := q.Verify(operation, token, h.now()); err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return false
 	}

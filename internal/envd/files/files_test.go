@@ -267,8 +267,9 @@ func TestDownload(t *testing.T) {
 	if r := get(dir, nil); r.status != 400 {
 		t.Errorf("directory: %d", r.status)
 	}
-	if r := do(t, "GET", srv.URL+"/files?path=x&username=no-such-user-xyz", nil, nil); r.status != 401 {
-		t.Errorf("unknown user: %d", r.status)
+	if r := do(t, "GET", srv.URL+"/files?path=x&username=no-such-user-xyz", nil, nil); r.status != 401 ||
+		!strings.Contains(string(r.body), `"error looking up user 'no-such-user-xyz': user: unknown user no-such-user-xyz"`) {
+		t.Errorf("unknown user: %d %s", r.status, r.body)
 	}
 	if r := do(t, "DELETE", srv.URL+"/files?path=x", nil, nil); r.status != 405 {
 		t.Errorf("DELETE: %d", r.status)
@@ -305,8 +306,16 @@ func TestTokenAndSignatures(t *testing.T) {
 	}
 	past := time.Now().Add(-time.Minute).Unix()
 	psig := Signature(file, "read", "", "tok", &past)
-	if r := do(t, "GET", fmt.Sprintf("%s&signature=%s&signature_expiration=%d", base, url.QueryEscape(psig), past), nil, nil); r.status != 401 {
-		t.Errorf("expired signature: %d", r.status)
+	// E2B's envd checks the signature first and says so when a genuine
+	// one has expired; a forged one is only "invalid", expired or not.
+	if r := do(t, "GET", fmt.Sprintf("%s&signature=%s&signature_expiration=%d", base, url.QueryEscape(psig), past), nil, nil); r.status != 401 ||
+		string(r.body) != `{"code":401,"message":"signature is already expired"}`+"\n" {
+		t.Errorf("expired signature: %d %s", r.status, r.body)
+	}
+	forged := Signature(file, "read", "", "other", &past)
+	if r := do(t, "GET", fmt.Sprintf("%s&signature=%s&signature_expiration=%d", base, url.QueryEscape(forged), past), nil, nil); r.status != 401 ||
+		!strings.Contains(string(r.body), `"invalid signature"`) {
+		t.Errorf("forged expired signature: %d %s", r.status, r.body)
 	}
 }
 

@@ -52,10 +52,10 @@ func FuzzFileQuery(f *testing.F) {
 			if p := u.ResolvePath(q.Path, ""); !filepath.IsAbs(p) || filepath.Clean(p) != p {
 				t.Fatalf("path %q resolved to %q", q.Path, p)
 			}
-			if q.verify("read", "tok", now) == nil && q.verify("write", "tok", now) == nil {
+			if q.Verify("read", "tok", now) == nil && q.Verify("write", "tok", now) == nil {
 				t.Fatalf("%q: one signature for read and write", raw)
 			}
-			if q.verify("read", "tok", now) == nil || q.verify("write", "tok", now) == nil {
+			if q.Verify("read", "tok", now) == nil || q.Verify("write", "tok", now) == nil {
 				return // a valid signature (a seed): the handler would touch the disk
 			}
 		}

@@ -19,9 +19,14 @@ import (
 const MetadataXattrPrefix = "user.e2b."
 
 // EntryInfo describes the entry at path without following a final symlink,
-// in the form the wire contract gives (§5.6): mode is the Go os.FileMode
-// (directories carry bit 31), permissions its string form, owner and group
-// are names (numeric when unknown), metadata the user.e2b.* xattrs.
+// the way E2B's envd does (infra's shared filesystem.GetEntryInfo): mode is
+// the permission bits only (0o755 for a directory, no type or setuid
+// bits), permissions the lstat mode's string form ("drwxr-xr-x",
+// "Lrwxrwxrwx"), owner and group are names (numeric when unknown),
+// metadata the user.e2b.* xattrs. A symlink reports its final target:
+// that target's type and permission bits, and symlinkTarget its resolved
+// absolute path; a dangling or looping link has no type
+// (FILE_TYPE_UNSPECIFIED), mode 0 and its own path as symlinkTarget.
 // path is reported as given; callers pass absolute paths.
 func EntryInfo(path string) (*pb.EntryInfo, error) {
 	fi, err := os.Lstat(path)
@@ -39,7 +44,7 @@ func entryFromInfo(path string, fi fs.FileInfo) *pb.EntryInfo {
 		Name:        fi.Name(),
 		Path:        path,
 		Size:        fi.Size(),
-		Mode:        uint32(mode),
+		Mode:        uint32(mode.Perm()),
 		Permissions: mode.String(),
 		Type:        fileType(mode),
 	}
@@ -53,6 +58,10 @@ func entryFromInfo(path string, fi fs.FileInfo) *pb.EntryInfo {
 	if mode&fs.ModeSymlink != 0 {
 		target := symlinkTarget(path)
 		e.SymlinkTarget = &target
+		e.Type, e.Mode = pb.FileType_FILE_TYPE_UNSPECIFIED, 0
+		if ti, err := os.Stat(target); err == nil {
+			e.Type, e.Mode = fileType(ti.Mode()), uint32(ti.Mode().Perm())
+		}
 	} else {
 		// Symlinks cannot carry user.* xattrs, so only real entries are asked.
 		e.Metadata = readMetadata(path)
@@ -73,24 +82,18 @@ func fileType(m fs.FileMode) pb.FileType {
 	}
 }
 
-// symlinkTarget is where the link finally leads, as an absolute path: E2B
-// resolves the whole chain. A dangling or looping link still gets its own
-// target (made absolute), so the caller sees where it points.
+// symlinkTarget is where the link finally leads, as an absolute path (the
+// whole chain resolved); a link that does not resolve (dangling, looping)
+// names itself, as in E2B's envd.
 func symlinkTarget(path string) string {
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
-		if abs, err := filepath.Abs(resolved); err == nil {
-			return abs
-		}
-		return resolved
-	}
-	target, err := os.Readlink(path)
+	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return path
 	}
-	if !filepath.IsAbs(target) {
-		target = filepath.Join(filepath.Dir(path), target)
+	if abs, err := filepath.Abs(resolved); err == nil {
+		return abs
 	}
-	return filepath.Clean(target)
+	return resolved
 }
 
 // readMetadata returns the user.e2b.* xattrs of path with the prefix

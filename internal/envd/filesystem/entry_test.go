@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	pb "github.com/warren-sandbox/warren/proto/envd/filesystem"
@@ -38,9 +39,17 @@ func TestStatFileDirAndErrors(t *testing.T) {
 	must(t, os.Chmod(sub, 0o755)) // regardless of umask
 	res, err = env.c.Stat(context.Background(), req(&pb.StatRequest{Path: sub}, ""))
 	must(t, err)
-	// The contract's example: drwxr-xr-x is 2147484141 (bit 31 set).
-	if d := res.Msg.Entry; d.Type != pb.FileType_FILE_TYPE_DIRECTORY || d.Mode != 2147484141 || d.Permissions != "drwxr-xr-x" {
+	// The permission bits only, as E2B's envd reports them (not Go's
+	// os.FileMode, whose directory bit would make it 2147484141).
+	if d := res.Msg.Entry; d.Type != pb.FileType_FILE_TYPE_DIRECTORY || d.Mode != 0o755 || d.Permissions != "drwxr-xr-x" {
 		t.Errorf("dir entry = %v", d)
+	}
+	// Nor setuid, setgid or sticky bits: /tmp-like 1777 reads 0o777.
+	must(t, os.Chmod(sub, os.ModeSticky|0o777))
+	res, err = env.c.Stat(context.Background(), req(&pb.StatRequest{Path: sub}, ""))
+	must(t, err)
+	if d := res.Msg.Entry; d.Mode != 0o777 || d.Permissions != "dtrwxrwxrwx" {
+		t.Errorf("sticky dir entry = mode %o, permissions %q", d.Mode, d.Permissions)
 	}
 
 	_, err = env.c.Stat(context.Background(), req(&pb.StatRequest{Path: filepath.Join(dir, "missing")}, ""))
@@ -49,6 +58,11 @@ func TestStatFileDirAndErrors(t *testing.T) {
 	wantCode(t, "below a file", err, connectInvalidArgument)
 	_, err = env.c.Stat(context.Background(), req(&pb.StatRequest{Path: dir}, "no-such-user-xyz"))
 	wantCode(t, "unknown user", err, connectUnauthenticated)
+	// E2B's envd's words, which the SDK shows.
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Message() != "invalid username: 'no-such-user-xyz'" {
+		t.Errorf("unknown user's message: %v", err)
+	}
 	_, err = env.c.Stat(context.Background(), req(&pb.StatRequest{Path: "bad\x00path"}, ""))
 	wantCode(t, "NUL in path", err, connectInvalidArgument)
 }
@@ -58,6 +72,12 @@ func TestStatSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "target.txt")
 	writeFile(t, file, "x")
+	must(t, os.Chmod(file, 0o640))
+	sub := filepath.Join(dir, "sub")
+	must(t, os.Mkdir(sub, 0o750))
+	must(t, os.Chmod(sub, 0o750))
+	must(t, os.Symlink("sub", filepath.Join(dir, "dirlink")))
+	must(t, os.Symlink("loop", filepath.Join(dir, "loop")))
 	must(t, os.Symlink("target.txt", filepath.Join(dir, "l1")))
 	must(t, os.Symlink("l1", filepath.Join(dir, "l2")))
 	must(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
@@ -67,13 +87,20 @@ func TestStatSymlinks(t *testing.T) {
 		must(t, err)
 		return res.Msg.Entry
 	}
-	// A chain is resolved to its end, as E2B does; the link itself is described.
-	if e := stat("l2"); e.Type != pb.FileType_FILE_TYPE_SYMLINK || e.GetSymlinkTarget() != file ||
-		e.Mode&uint32(os.ModeSymlink) == 0 || e.Name != "l2" {
+	// A chain is resolved to its end, as E2B does: the link's name and
+	// size, its target's type and permission bits.
+	if e := stat("l2"); e.Type != pb.FileType_FILE_TYPE_FILE || e.GetSymlinkTarget() != file ||
+		e.Mode != 0o640 || e.Name != "l2" || e.Size != int64(len("l1")) || !strings.HasPrefix(e.Permissions, "L") {
 		t.Errorf("chained link = %v", e)
 	}
-	if e := stat("dangling"); e.Type != pb.FileType_FILE_TYPE_SYMLINK || e.GetSymlinkTarget() != filepath.Join(dir, "nowhere") {
-		t.Errorf("dangling link = %v", e)
+	if e := stat("dirlink"); e.Type != pb.FileType_FILE_TYPE_DIRECTORY || e.GetSymlinkTarget() != sub || e.Mode != 0o750 {
+		t.Errorf("link to a directory = %v", e)
+	}
+	// A link that leads nowhere has no type and names itself (E2B's envd).
+	for _, name := range []string{"dangling", "loop"} {
+		if e := stat(name); e.Type != pb.FileType_FILE_TYPE_UNSPECIFIED || e.GetSymlinkTarget() != filepath.Join(dir, name) || e.Mode != 0 {
+			t.Errorf("%s link = %v", name, e)
+		}
 	}
 }
 
@@ -149,7 +176,7 @@ func TestStatWireJSON(t *testing.T) {
 	}
 	must(t, json.Unmarshal(raw, &got))
 	e := got.Entry
-	if e["type"] != "FILE_TYPE_DIRECTORY" || e["mode"] != float64(2147484141) || e["permissions"] != "drwxr-xr-x" ||
+	if e["type"] != "FILE_TYPE_DIRECTORY" || e["mode"] != float64(0o755) || e["permissions"] != "drwxr-xr-x" ||
 		e["path"] != dir || e["owner"] != "root" {
 		t.Errorf("entry JSON = %s", raw)
 	}

@@ -51,6 +51,9 @@ func TestListDirDepth(t *testing.T) {
 	}
 
 	_, entries := list(dir, 1)
+	aInfo, err := os.Stat(filepath.Join(dir, "a"))
+	must(t, err)
+	aMode := aInfo.Mode()
 	byName := map[string]*pb.EntryInfo{}
 	for _, e := range entries {
 		byName[e.Name] = e
@@ -58,10 +61,12 @@ func TestListDirDepth(t *testing.T) {
 	if e := byName["f"]; e.Type != pb.FileType_FILE_TYPE_FILE || e.Size != 5 || e.Owner != "root" || e.ModifiedTime == nil {
 		t.Errorf("f = %v", e)
 	}
-	if e := byName["a"]; e.Type != pb.FileType_FILE_TYPE_DIRECTORY || e.Mode&uint32(os.ModeDir) == 0 {
+	if e := byName["a"]; e.Type != pb.FileType_FILE_TYPE_DIRECTORY || e.Mode != uint32(aMode.Perm()) {
 		t.Errorf("a = %v", e)
 	}
-	if e := byName["ln"]; e.Type != pb.FileType_FILE_TYPE_SYMLINK || e.GetSymlinkTarget() != filepath.Join(dir, "a") {
+	// A link is listed with its target's type (as E2B's envd does), but not
+	// descended into.
+	if e := byName["ln"]; e.Type != pb.FileType_FILE_TYPE_DIRECTORY || e.GetSymlinkTarget() != filepath.Join(dir, "a") {
 		t.Errorf("ln = %v", e)
 	}
 

@@ -104,7 +104,9 @@ func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) 
 }
 
 // Remove deletes an entry, a directory with everything in it. A symlink is
-// removed itself, never its target.
+// removed itself, never its target. Removing what does not exist succeeds,
+// as in E2B's envd (os.RemoveAll); only an empty path is refused, where
+// E2B's would remove the working directory.
 func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
 	if req.Msg.GetPath() == "" {
 		// "" resolves to the workdir or home: deleting that is never meant.
@@ -113,9 +115,6 @@ func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveReques
 	_, path, err := s.resolve(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Lstat(path); err != nil {
-		return nil, fsError(err, "cannot remove '%s'", path)
 	}
 	if err := os.RemoveAll(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fsError(err, "cannot remove '%s'", path)

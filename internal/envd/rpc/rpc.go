@@ -5,6 +5,7 @@ package rpc
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,7 +32,9 @@ func KeepaliveInterval(h http.Header) time.Duration {
 
 // User resolves the user a request runs as from its Basic Authorization
 // header, falling back to the sandbox's default user. Unknown or malformed
-// users are Connect "unauthenticated" errors, as E2B's envd reports them.
+// users are Connect "unauthenticated" errors with E2B's envd's messages:
+// "invalid username: '<name>'" for a named user, "invalid default user:
+// '<name>'" for the default one.
 func User(h http.Header, s *settings.Settings) (*users.User, error) {
 	name, err := users.NameFromBasicAuth(h.Get("Authorization"))
 	if err != nil {
@@ -40,7 +43,10 @@ func User(h http.Header, s *settings.Settings) (*users.User, error) {
 	u, err := users.Resolve(name, s.DefaultUser())
 	if err != nil {
 		if errors.Is(err, users.ErrUnknownUser) {
-			return nil, connect.NewError(connect.CodeUnauthenticated, err)
+			if name == "" {
+				return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid default user: '%s'", s.DefaultUser()))
+			}
+			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid username: '%s'", name))
 		}
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}

@@ -19,6 +19,21 @@ import (
 // ErrUnknownUser is wrapped by Lookup when no such system user exists.
 var ErrUnknownUser = errors.New("unknown user")
 
+// unknownUser is Lookup's error for a name no account has. Its text is
+// E2B's envd's for the same lookup ("error looking up user 'x': user:
+// unknown user x"), which /files answers with as it is; the Connect
+// services answer with their own (see internal/envd/rpc).
+type unknownUser struct {
+	name string
+	err  error
+}
+
+func (e *unknownUser) Error() string {
+	return fmt.Sprintf("error looking up user '%s': %v", e.name, e.err)
+}
+
+func (e *unknownUser) Is(target error) bool { return target == ErrUnknownUser }
+
 // User is a resolved system account.
 type User struct {
 	Name   string
@@ -34,7 +49,7 @@ func Lookup(name string) (*User, error) {
 	if err != nil {
 		var unknown user.UnknownUserError
 		if errors.As(err, &unknown) {
-			return nil, fmt.Errorf("%w: invalid username: '%s'", ErrUnknownUser, name)
+			return nil, &unknownUser{name: name, err: err}
 		}
 		return nil, fmt.Errorf("looking up user %q: %w", name, err)
 	}

@@ -26,13 +26,22 @@ async function freePort() {
 // runtime and the base template's layers (read-only use) but has its own
 // store, credentials, sandboxes, and templates: what its builds make stays
 // in it and goes with it.
-export function newDataDir() {
+export function newDataDir(at) {
   for (const p of ['bin/runsc', 'layers', 'templates/base.json']) {
     if (!existsSync(path.join(installed, p))) {
       throw new Error(`${installed}/${p} is missing: run \`make setup\` first`)
     }
   }
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-'))
+  // A fixed path (at) gives a fixed derived run dir, where runsc keeps a
+  // mount, rather than one per run.
+  let dir
+  if (at) {
+    rmSync(at, { recursive: true, force: true })
+    mkdirSync(at, { mode: 0o700 })
+    dir = at
+  } else {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-'))
+  }
   for (const d of ['bin', 'layers', 'templates']) mkdirSync(path.join(dir, d))
   symlinkSync(path.join(installed, 'bin', 'runsc'), path.join(dir, 'bin', 'runsc'))
   const base = readFileSync(path.join(installed, 'templates', 'base.json'))
@@ -45,9 +54,11 @@ export function newDataDir() {
 
 // startWarren runs `warren serve` on free loopback ports, in its own
 // data dir, run dir, cgroup and network range (instance picks them, so
-// that several can run at once and beside a `make run`), and waits until
-// GET /health answers 200. It returns the SDK's settings and stop().
-export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, poolSize = 1, extraArgs = [], timeoutMs = 60_000 } = {}) {
+// that several can run at once and beside a `make run`; with derived,
+// the server derives them from its data dir), and waits until GET /health
+// answers 200. tlsAddr adds the HTTPS proxy there. It returns the SDK's
+// settings and stop().
+export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, derived = false, tlsAddr, poolSize = 1, extraArgs = [], timeoutMs = 60_000 } = {}) {
   if (!existsSync(warrenBinary)) throw new Error(`${warrenBinary} is missing: run \`make build\` first`)
   const apiPort = await freePort()
   const proxyPort = await freePort()
@@ -56,8 +67,10 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
     '--api-addr', `127.0.0.1:${apiPort}`, '--proxy-addr', `127.0.0.1:${proxyPort}`,
     // runsc keeps a mount in its state dir: a fixed one per instance, not
     // one per temporary data dir.
-    '--run-dir', `/run/warren-${instance}`, '--cgroup-parent', `/warren-${instance}`,
-    '--network-prefix', `w${instance}`, '--network-cidr', `10.${net16}.0.0/16`,
+    ...(derived ? [] : [
+      '--run-dir', `/run/warren-${instance}`, '--cgroup-parent', `/warren-${instance}`,
+      '--network-prefix', `w${instance}`, '--network-cidr', `10.${net16}.0.0/16`]),
+    ...(tlsAddr ? ['--proxy-tls-addr', tlsAddr] : []),
     '--pool-size', String(poolSize), ...extraArgs,
   ]
   const env = { ...process.env }
@@ -92,8 +105,12 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
   }
   const creds = Object.fromEntries(readFileSync(path.join(dataDir, 'credentials'), 'utf8')
     .trim().split('\n').map((l) => l.split('=')))
+  // The CA is made before the server answers /health.
+  const caFile = path.join(dataDir, 'ingress', 'localhost', 'ca.pem')
   return {
     dataDir,
+    caFile: tlsAddr && existsSync(caFile) ? caFile : undefined,
+    pid: proc.pid,
     apiUrl,
     sandboxUrl: `http://127.0.0.1:${proxyPort}`,
     proxyPort,

@@ -1,13 +1,27 @@
 // Starts a real `warren serve` (temporary data dir, free ports) for the
 // platform tests and hands its URLs and API key to them; at the end it
 // kills what is left and stops the server.
+//
+// The server also serves its proxy over HTTPS on 443 of a loopback
+// address of its own (tlsAddr), so that the SDK's URLs without
+// E2B_SANDBOX_URL (https://{port}-{id}.localhost) work as they do against
+// E2B: the test processes trust the server's local CA (NODE_EXTRA_CA_CERTS,
+// which Node reads at start, so it is set here, before vitest starts
+// them) and resolve *.localhost to that address (platform-env.mjs).
 import { startWarren, killAll } from './start-warren.mjs'
+
+export const tlsHost = '127.0.0.7'
 
 let warren
 
 export async function setup({ provide }) {
-  warren = await startWarren()
-  provide('warren', { apiUrl: warren.apiUrl, sandboxUrl: warren.sandboxUrl, apiKey: warren.apiKey, accessToken: warren.accessToken, proxyPort: warren.proxyPort })
+  warren = await startWarren({ tlsAddr: `${tlsHost}:443` })
+  if (!warren.caFile) throw new Error('warren serve made no local CA for its HTTPS proxy')
+  process.env.NODE_EXTRA_CA_CERTS = warren.caFile
+  provide('warren', {
+    apiUrl: warren.apiUrl, sandboxUrl: warren.sandboxUrl, apiKey: warren.apiKey, accessToken: warren.accessToken,
+    proxyPort: warren.proxyPort, tlsHost, caFile: warren.caFile,
+  })
 }
 
 export async function teardown() {
