@@ -141,6 +141,8 @@ func (s *Server) failSecret(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, secret.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, secret.ErrLimit):
+		writeError(w, http.StatusTooManyRequests, err.Error())
 	default:
 		s.internal(w, r, err)
 	}

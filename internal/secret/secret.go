@@ -123,6 +123,7 @@ var (
 	ErrInvalid  = errors.New("invalid secret")
 	ErrNotFound = errors.New("secret not found")
 	ErrConflict = errors.New("a secret of that name exists")
+	ErrLimit    = errors.New("secret limit reached")
 )
 
 // Service is the team secrets of a store.
@@ -169,6 +170,9 @@ func (s *Service) Create(ctx context.Context, teamID, name, value string, metada
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return store.Secret{}, fmt.Errorf("%w: %q", ErrConflict, n)
+	}
+	if errors.Is(err, store.ErrSecretLimit) {
+		return store.Secret{}, fmt.Errorf("%w: at most %d secrets per team", ErrLimit, store.MaxSecretsPerTeam)
 	}
 	return sec, err
 }

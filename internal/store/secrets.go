@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -22,6 +23,18 @@ type SecretCursor struct {
 	CreatedAt time.Time
 	ID        string
 }
+
+// Bounds of what one team keeps: CreateSecret refuses a team's secret
+// past MaxSecretsPerTeam with ErrSecretLimit, and AddSecretVersion drops
+// versions older than the last KeptSecretVersions (only the current one
+// is ever read).
+const (
+	MaxSecretsPerTeam  = 1000
+	KeptSecretVersions = 10
+)
+
+// ErrSecretLimit is a team at MaxSecretsPerTeam.
+var ErrSecretLimit = errors.New("the team has the most secrets it may keep")
 
 // Seal seals a secret's value for a version; the store calls it inside
 // the transaction that picks the version number, so that the sealed value

@@ -93,3 +93,40 @@ func TestSecrets(t *testing.T) {
 		})
 	}
 }
+
+// A team keeps at most MaxSecretsPerTeam secrets and each secret its last
+// KeptSecretVersions versions: what a tenant stores is bounded.
+func TestSecretLimits(t *testing.T) {
+	for name, st := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for i := range MaxSecretsPerTeam {
+				if _, err := st.CreateSecret(ctx, Secret{ID: fmt.Sprintf("sec_l%04d", i), TeamID: "full", Name: fmt.Sprintf("l%d", i)}, sealAs("x")); err != nil {
+					t.Fatalf("secret %d: %v", i, err)
+				}
+			}
+			if _, err := st.CreateSecret(ctx, Secret{ID: "sec_over", TeamID: "full", Name: "over"}, sealAs("x")); !errors.Is(err, ErrSecretLimit) {
+				t.Errorf("secret %d of a team: %v, want ErrSecretLimit", MaxSecretsPerTeam+1, err)
+			}
+			if _, err := st.CreateSecret(ctx, Secret{ID: "sec_other", TeamID: "other", Name: "over"}, sealAs("x")); err != nil {
+				t.Errorf("another team is not limited by this one's count: %v", err)
+			}
+			for i := range KeptSecretVersions + 5 {
+				if _, err := st.AddSecretVersion(ctx, "full", "sec_l0000", sealAs(fmt.Sprint(i)), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var kept, oldest int64
+			db := st.(*SQL).db
+			if err := db.QueryRowContext(ctx, st.(*SQL).q("SELECT COUNT(*), MIN(version) FROM secret_versions WHERE secret_id = ?"), "sec_l0000").Scan(&kept, &oldest); err != nil {
+				t.Fatal(err)
+			}
+			if kept != KeptSecretVersions || oldest != KeptSecretVersions+6-KeptSecretVersions+1 {
+				t.Errorf("kept %d versions from %d, want the last %d", kept, oldest, KeptSecretVersions)
+			}
+			if _, v, err := st.SecretValue(ctx, "full", "l0"); err != nil || v != fmt.Sprintf("sealed(%d,v%d)", KeptSecretVersions+4, KeptSecretVersions+6) {
+				t.Errorf("current value: %q, %v", v, err)
+			}
+		})
+	}
+}

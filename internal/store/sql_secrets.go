@@ -51,6 +51,13 @@ func (s *SQL) CreateSecret(ctx context.Context, sec Secret, seal Seal) (Secret, 
 		return Secret{}, err
 	}
 	defer tx.Rollback()
+	var count int
+	if err := tx.QueryRowContext(ctx, s.q("SELECT COUNT(*) FROM secrets WHERE team_id = ?"), sec.TeamID).Scan(&count); err != nil {
+		return Secret{}, err
+	}
+	if count >= MaxSecretsPerTeam {
+		return Secret{}, fmt.Errorf("store: team %s: %w (%d)", sec.TeamID, ErrSecretLimit, MaxSecretsPerTeam)
+	}
 	_, err = tx.ExecContext(ctx, s.q("INSERT INTO secrets ("+secretColumns+") VALUES (?, ?, ?, ?, ?, ?, ?)"),
 		sec.ID, sec.TeamID, sec.Name, sec.CurrentVersion, string(meta), ms(now), ms(now))
 	if isUniqueViolation(err) {
@@ -98,6 +105,10 @@ func (s *SQL) AddSecretVersion(ctx context.Context, teamID, id string, seal Seal
 	}
 	if _, err := tx.ExecContext(ctx, s.q("UPDATE secrets SET current_version = ?, metadata = ?, updated_at = ? WHERE id = ?"),
 		sec.CurrentVersion, string(meta), ms(sec.UpdatedAt), id); err != nil {
+		return Secret{}, err
+	}
+	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM secret_versions WHERE secret_id = ? AND version <= ?"),
+		id, sec.CurrentVersion-KeptSecretVersions); err != nil {
 		return Secret{}, err
 	}
 	return sec, tx.Commit()
