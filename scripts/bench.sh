@@ -15,6 +15,10 @@ echo "## templates through the E2B SDK (builds and the sandboxes they start; rea
 (cd test/e2e && node bench/templates.mjs)
 
 echo
+echo "## egress policies through the E2B SDK (sandbox → a test host in its own netns; real warren serve)"
+(cd test/e2e && node bench/egress.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'
