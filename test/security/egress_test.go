@@ -229,8 +229,8 @@ func TestSecretValueNeverShown(t *testing.T) {
 	answers = append(answers, string(r.Body))
 	t.Cleanup(func() { egressCall(t, S.teamA, "DELETE", "/secrets/"+name, nil) })
 	for _, body := range []any{
-		map[string]any{"name": name, "value": canary},                     // 409: the name is taken
-		map[string]any{"name": "bad name!", "value": canary},              // 400: the name
+		map[string]any{"name": name, "value": canary},                      // 409: the name is taken
+		map[string]any{"name": "bad name!", "value": canary},               // 400: the name
 		map[string]any{"name": name + "x", "value": canary, "metadata": 1}, // 400: the metadata
 		map[string]any{"name": name + "y", "value": strings.Repeat(canary, 8000)},
 	} {
