@@ -227,6 +227,21 @@ describe('egressProxy', () => {
 })
 
 describe('persistence', () => {
+  test('a policy survives pause and resume; an update while paused is in force on resume', async () => {
+    const sbx = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
+    await reaches(sbx, 'http://api.example.test/', 'web1')
+    await sbx.pause()
+    const again = await Sandbox.connect(sbx.sandboxId, opts())
+    await reaches(again, 'http://api.example.test/', 'web1')
+    await blocked(again, `http://${hosts.Web2}/`)
+    await again.pause()
+    await Sandbox.updateNetwork(sbx.sandboxId, { allowOut: [hosts.Web2], denyOut: ['0.0.0.0/0'] }, opts())
+    const third = await Sandbox.connect(sbx.sandboxId, opts())
+    await reaches(third, `http://${hosts.Web2}/`, 'web2')
+    await blocked(third, 'http://api.example.test/')
+    expect((await Sandbox.getInfo(sbx.sandboxId, opts())).network.allowOut).toEqual([hosts.Web2])
+  })
+
   test('a policy survives a restart of warren serve', async () => {
     const sbx = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
     await reaches(sbx, 'http://api.example.test/', 'web1')
