@@ -181,7 +181,13 @@ func withMigration(t *testing.T, name, body string) fs.FS {
 func TestOpenAdoptsOldRunnerVersions(t *testing.T) {
 	all := embeddedVersions(t)
 	last := all[len(all)-1]
-	for _, upTo := range []int64{last - 1, last} {
+	// Versions have gaps (each issue reserves its number), so the one
+	// before the last is the embedded one before it.
+	upTos := []int64{last}
+	if len(all) > 1 {
+		upTos = []int64{all[len(all)-2], last}
+	}
+	for _, upTo := range upTos {
 		t.Run(fmt.Sprintf("old runner applied 1..%d", upTo), func(t *testing.T) {
 			for kind, b := range blankDatabases(t) {
 				t.Run(kind, func(t *testing.T) { testAdoptOldRunner(t, b, upTo, last) })
@@ -224,16 +230,15 @@ func testAdoptOldRunner(t *testing.T, b blankDatabase, upTo, last int64) {
 		t.Errorf("paused_at after upgrade: %v %v", got.PausedAt, err)
 	}
 
-	want := []int64{0}
-	for v := int64(1); v <= next; v++ {
-		want = append(want, v)
-	}
+	want := append(append([]int64{0}, embeddedVersions(t)...), next)
 	if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
 		t.Errorf("goose versions = %v, want %v (each once)", got, want)
 	}
 	var legacy []int64
-	for v := int64(1); v <= upTo; v++ {
-		legacy = append(legacy, v)
+	for _, v := range embeddedVersions(t) {
+		if v <= upTo {
+			legacy = append(legacy, v)
+		}
 	}
 	if got := versionsIn(t, b.db, "SELECT version FROM schema_migrations ORDER BY version"); !reflect.DeepEqual(got, legacy) {
 		t.Errorf("schema_migrations = %v, want it left as the old runner wrote it: %v", got, legacy)
