@@ -23,6 +23,8 @@ beforeAll(async () => {
 afterAll(async () => {
   if (w) {
     await killAll(w).catch(() => {})
+    const problems = w.output().split('\n').filter((l) => /level=(WARN|ERROR)/.test(l))
+    if (problems.length) console.error(`warren serve's warnings:\n${problems.join('\n')}`)
     await w.stop({ removeDataDir: true })
   }
   if (hosts) await hosts.stop()
@@ -228,19 +230,28 @@ describe('egressProxy', () => {
 
 describe('persistence', () => {
   test('a policy survives pause and resume; an update while paused is in force on resume', async () => {
-    const sbx = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
+    // Paused by the reaper when its timeout is up (lifecycle onTimeout).
+    const pausedSoon = { ...opts(), timeoutMs: 4_000 }
+    const untilPaused = async (id) => {
+      for (let i = 0; i < 60; i++) {
+        if ((await Sandbox.getInfo(id, opts())).state === 'paused') return
+        await new Promise((r) => setTimeout(r, 500))
+      }
+      throw new Error(`${id} was not paused in 30 s`)
+    }
+    const sbx = await create({ timeoutMs: 4_000, lifecycle: { onTimeout: 'pause' }, network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
     await reaches(sbx, 'http://api.example.test/', 'web1')
-    await sbx.pause()
-    const again = await Sandbox.connect(sbx.sandboxId, opts())
+    await untilPaused(sbx.sandboxId)
+    const again = await Sandbox.connect(sbx.sandboxId, pausedSoon)
     await reaches(again, 'http://api.example.test/', 'web1')
     await blocked(again, `http://${hosts.Web2}/`)
-    await again.pause()
+    await untilPaused(sbx.sandboxId)
     await Sandbox.updateNetwork(sbx.sandboxId, { allowOut: [hosts.Web2], denyOut: ['0.0.0.0/0'] }, opts())
-    const third = await Sandbox.connect(sbx.sandboxId, opts())
+    const third = await Sandbox.connect(sbx.sandboxId, { ...opts(), timeoutMs: 60_000 })
     await reaches(third, `http://${hosts.Web2}/`, 'web2')
     await blocked(third, 'http://api.example.test/')
     expect((await Sandbox.getInfo(sbx.sandboxId, opts())).network.allowOut).toEqual([hosts.Web2])
-  })
+  }, 120_000)
 
   test('a policy survives a restart of warren serve', async () => {
     const sbx = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
