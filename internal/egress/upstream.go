@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -19,6 +20,46 @@ type dialer struct {
 	refused  func(netip.Addr) bool
 	resolver Resolver
 	timeout  time.Duration
+	names    nameCache
+}
+
+// nameCache keeps what names resolved to for nameTTL: a sandbox that
+// opens many connections to one host costs one lookup, not one each.
+// The answers are the node's resolvers' (the ones the sandbox itself
+// asked a moment before), and refused addresses are dropped after the
+// cache, so a stale entry never opens what the node refuses.
+type nameCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedName
+}
+
+type cachedName struct {
+	addrs []netip.Addr
+	until time.Time
+}
+
+const (
+	nameTTL        = 5 * time.Second
+	maxCachedNames = 4096
+)
+
+func (c *nameCache) get(host string, now time.Time) ([]netip.Addr, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[host]
+	if !ok || now.After(e.until) {
+		return nil, false
+	}
+	return e.addrs, true
+}
+
+func (c *nameCache) put(host string, addrs []netip.Addr, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxCachedNames {
+		c.entries = map[string]cachedName{}
+	}
+	c.entries[host] = cachedName{addrs: addrs, until: now.Add(nameTTL)}
 }
 
 // errRefused: the node never lets sandboxes reach that address.
@@ -36,11 +77,15 @@ func (d *dialer) direct(ctx context.Context, addr netip.AddrPort) (net.Conn, err
 // resolve returns the IPv4 addresses host resolves to that the node lets
 // sandboxes reach.
 func (d *dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	addrs, err := d.resolver.LookupNetIP(ctx, "ip4", host)
-	if err != nil {
-		return nil, err
+	addrs, ok := d.names.get(host, time.Now())
+	if !ok {
+		ctx, cancel := context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+		var err error
+		if addrs, err = d.resolver.LookupNetIP(ctx, "ip4", host); err != nil {
+			return nil, err
+		}
+		d.names.put(host, addrs, time.Now())
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
