@@ -19,6 +19,10 @@ echo "## pause/resume, snapshots and fork through the E2B SDK (real warren serve
 (cd test/e2e && node bench/lifecycle.mjs)
 
 echo
+echo "## egress policies through the E2B SDK (sandbox → a test host in its own netns; real warren serve)"
+(cd test/e2e && node bench/egress.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'

@@ -78,6 +78,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.MaxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
 	fs.Var((*registryList)(&f.InsecureRegistries), "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
 	fs.IntVar(&f.BuildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
+	fs.IntVar(&f.EgressProxyPort, "egress-proxy-port", 0, "host port of the egress proxy that enforces domain rules (only sandboxes' redirected connections reach it); 0: a free one")
+	fs.StringVar(&f.EgressCAFile, "egress-ca-file", "", "PEM `FILE` of root certificates the egress proxy trusts, beside the system's, when it re-encrypts to a host that has rules")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return server.Run(ctx, f, log)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -27,6 +28,8 @@ type Sandboxes interface {
 	Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
 	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
 	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
+	UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error
+	NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error)
 }
 
 // Templates is what the API needs of the template builder (*template.Builder).

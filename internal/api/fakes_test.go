@@ -16,6 +16,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/buildspec"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -54,10 +55,14 @@ type fakeSandboxes struct {
 	create func(sandbox.CreateRequest) (store.Sandbox, error)
 	// The lifecycle calls answer with these when set; they record the
 	// arguments they were given in last.
-	pause  func(teamID, id string, memory bool) (bool, error)
-	resume func(teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
-	fork   func(teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
-	last   []any
+	pause   func(teamID, id string, memory bool) (bool, error)
+	resume  func(teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
+	fork    func(teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	last    []any
+	get     func(teamID, id string) (store.Sandbox, error)
+	update  func(teamID, id string, u sandbox.NetworkUpdate) error
+	logs    []sandbox.LogEntry
+	network []egress.Entry
 }
 
 func (f *fakeSandboxes) called(name string) {
@@ -83,7 +88,23 @@ func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (st
 
 func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox, error) {
 	f.called("Get")
+	if f.get != nil {
+		return f.get(teamID, id)
+	}
 	return store.Sandbox{}, sandbox.ErrNotFound
+}
+
+func (f *fakeSandboxes) UpdateNetwork(_ context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+	f.called("UpdateNetwork")
+	if f.update != nil {
+		return f.update(teamID, id, u)
+	}
+	return nil
+}
+
+func (f *fakeSandboxes) NetworkLogs(context.Context, string, string, time.Time, int) ([]egress.Entry, error) {
+	f.called("NetworkLogs")
+	return f.network, nil
 }
 
 func (f *fakeSandboxes) List(_ context.Context, teamID string, _ store.SandboxFilter) ([]store.Sandbox, error) {
@@ -149,7 +170,7 @@ func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time
 
 func (f *fakeSandboxes) Logs(context.Context, string, string, time.Time, int) ([]sandbox.LogEntry, error) {
 	f.called("Logs")
-	return nil, nil
+	return f.logs, nil
 }
 
 // fakeTemplates records calls; err, if set, is what every call returns.

@@ -66,6 +66,8 @@ type Config struct {
 	Sandboxes Sandboxes
 	// Templates builds and keeps templates.
 	Templates Templates
+	// Secrets keeps the teams' secrets; nil: the secret endpoints answer 501.
+	Secrets Secrets
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
 	// NodeCPUs and NodeMemoryMB are the node's totals: a template asking
@@ -410,12 +412,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	if body.AutoResume != nil {
 		req.AutoResume = deref(body.AutoResume.Enabled)
 	}
-	if n := body.Network; n != nil {
-		req.Extra.Network = &sandbox.Network{
-			AllowPublicTraffic: n.AllowPublicTraffic, AllowOut: deref(n.AllowOut), DenyOut: deref(n.DenyOut),
-			MaskRequestHost: deref(n.MaskRequestHost),
-		}
-	}
+	req.Extra.Network = networkOf(body.Network)
 	if body.VolumeMounts != nil {
 		for _, v := range *body.VolumeMounts {
 			req.Extra.VolumeMounts = append(req.Extra.VolumeMounts, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
@@ -472,7 +469,7 @@ func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.Sandb
 		s.fail(w, r, err)
 		return
 	}
-	l, ex := s.listedAndExtra(rec)
+	l, _ := s.listedAndExtra(rec)
 	d := gen.SandboxDetail{
 		TemplateID: l.TemplateID, SandboxID: l.SandboxID, ClientID: l.ClientID, Alias: l.Alias,
 		StartedAt: l.StartedAt, EndAt: l.EndAt, CpuCount: l.CpuCount, MemoryMB: l.MemoryMB, DiskSizeMB: l.DiskSizeMB,
@@ -484,9 +481,7 @@ func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.Sandb
 		onTimeout = gen.Pause
 	}
 	d.Lifecycle = &gen.SandboxLifecycle{AutoResume: rec.AutoResume, OnTimeout: onTimeout}
-	if n := ex.Network; n != nil {
-		d.Network = &gen.SandboxNetworkConfig{AllowPublicTraffic: n.AllowPublicTraffic, AllowOut: &n.AllowOut, DenyOut: &n.DenyOut, MaskRequestHost: nonEmpty(n.MaskRequestHost)}
-	}
+	d.Network = networkConfigOf(rec)
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -40,7 +40,7 @@ func (m *Manager) Cleanup(known func(name string) bool) error {
 		if !m.takeFor(id, before, st) {
 			continue // changed meanwhile; the next Cleanup will see
 		}
-		if err := m.teardown(m.cfg.slot(id)); err != nil {
+		if err := errors.Join(m.clearPolicy(m.cfg.slot(id)), m.teardown(m.cfg.slot(id))); err != nil {
 			m.setState(id, stateLeftover, nil)
 			errs = append(errs, fmt.Errorf("network: removing leftover %s: %w", m.cfg.nsName(id), err))
 			continue

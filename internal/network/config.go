@@ -35,6 +35,13 @@ type Config struct {
 	// of exactly these addresses is open even when they lie in a blocked
 	// range. IPv4 unicast, not loopback (a sandbox's loopback is its own).
 	Resolvers []netip.Addr
+	// ProxyPort is the host port the egress proxy listens on (on every
+	// address): proxied slot policies redirect TCP there. 0: no proxy,
+	// and SetPolicy refuses proxied policies.
+	ProxyPort uint16
+	// AuditGroup, if not 0, is the NFLOG group slot policies log each
+	// new connection's verdict to (see policy.go).
+	AuditGroup uint16
 }
 
 // Defaults.

@@ -34,6 +34,11 @@ type Manager struct {
 
 	flushMu sync.Mutex // one conntrack flush at a time
 
+	blocked []addrRange // BlockedRanges less Config.AllowPrivate
+
+	polMu    sync.Mutex   // serialises policy transactions
+	policies map[int]bool // slots with a policy; the value: proxied
+
 	pool   chan *Slot    // ready slots; only the filler sends
 	refill chan struct{} // wakes the filler
 	stop   chan struct{} // closed by Close
@@ -59,13 +64,15 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: netlink: %w", err)
 	}
 	m := &Manager{
-		cfg:    cfg,
-		uplink: cfg.Uplink,
-		nl:     h,
-		ids:    map[int]*entry{},
-		pool:   make(chan *Slot, cfg.PoolSize),
-		refill: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
+		cfg:      cfg,
+		uplink:   cfg.Uplink,
+		nl:       h,
+		ids:      map[int]*entry{},
+		blocked:  blockedIntervals(cfg.AllowPrivate),
+		policies: map[int]bool{},
+		pool:     make(chan *Slot, cfg.PoolSize),
+		refill:   make(chan struct{}, 1),
+		stop:     make(chan struct{}),
 	}
 	if m.uplink == "" {
 		if m.uplink, err = defaultUplink(h); err != nil {
@@ -147,7 +154,7 @@ func (m *Manager) Release(s *Slot) error {
 	}
 	e.state = stateBusy
 	m.mu.Unlock()
-	err := m.teardown(s)
+	err := errors.Join(m.clearPolicy(s), m.teardown(s))
 	m.mu.Lock()
 	if err != nil {
 		// Something of it may remain: keep its /30 out of use and leave

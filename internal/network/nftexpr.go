@@ -150,3 +150,65 @@ func countAndReject(rejectType uint32, icmpxCode uint8) []expr.Any {
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+// ctNew is nft's "ct state new".
+func ctNew() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
+			Xor:  binaryutil.NativeEndian.PutUint32(0),
+		},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// ipsDstNAT is the kernel's IPS_DST_NAT conntrack status bit.
+const ipsDstNAT = 1 << 5
+
+// ctStatusDNAT is nft's "ct status dnat": the connection's destination
+// was translated (here: redirected to the egress proxy).
+func ctStatusDNAT() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT),
+			Xor:  binaryutil.NativeEndian.PutUint32(0),
+		},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// limitPerSecond matches at most n packets a second, burst 2n.
+func limitPerSecond(n uint64) []expr.Any {
+	return []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: n, Unit: expr.LimitTimeSecond, Burst: uint32(2 * n)}}
+}
+
+// ifnameIn is nft's "iifname @set" (or oifname) for a set of ifnames.
+func ifnameIn(key expr.MetaKey, set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: set},
+	}
+}
+
+// ifnameVmap is nft's "iifname vmap @map".
+func ifnameVmap(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: set},
+	}
+}
+
+// redirectTo is nft's "redirect to :port".
+func redirectTo(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+	}
+}
+
+// ipv4DaddrPrefix is nft's "ip daddr PREFIX".
+func ipv4DaddrPrefix(p netip.Prefix) []expr.Any { return ipv4Prefix(ipv4DestOffset, p, expr.CmpOpEq) }

@@ -18,6 +18,13 @@ func (m *Manager) installRules() error {
 	if err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
 	}
+	// The slot policies of the tables being replaced (a previous run's,
+	// whose sandboxes may still run) go into the new ones in the same
+	// transaction.
+	saved, err := m.readPolicies(c)
+	if err != nil {
+		return err
+	}
 	if err := m.queueDeleteTables(c); err != nil {
 		return err
 	}
@@ -53,6 +60,14 @@ func (m *Manager) installRules() error {
 	// and ICMP errors about them, get in.
 	in := chain("input", nftables.ChainHookInput, nftables.ChainPriorityFilter)
 	rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ctEstablishedOrRelated(), verdict(expr.VerdictAccept))
+	if port := m.cfg.ProxyPort; port != 0 {
+		// The egress proxy takes the connections redirected to it from
+		// proxied slots (policy.go), and nothing else: not a sandbox
+		// dialling the host's address, not another host.
+		proxyPort := concat(l4proto(unix.IPPROTO_TCP), dport(port))
+		rule(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots), proxyPort, ctStatusDNAT(), verdict(expr.VerdictAccept))
+		refuse(in, ifnameNotPrefix(expr.MetaKeyIIFNAME, slots), proxyPort, ctNotEstablishedOrRelated())
+	}
 	refuse(in, ifnamePrefix(expr.MetaKeyIIFNAME, slots))
 
 	// The same, before the host's own port forwards (DNAT, at -100) can
@@ -81,6 +96,25 @@ func (m *Manager) installRules() error {
 	}
 	refuse(fwd, toSet(blocked))
 
+	// Then each slot's own policy (policy.go).
+	policies := &nftables.Set{Table: filter, Name: policiesMap, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+	if err := c.AddSet(policies, nil); err != nil {
+		return fmt.Errorf("network: nftables map of slot policies: %w", err)
+	}
+	proxied := &nftables.Set{Table: filter, Name: proxiedSet, KeyType: nftables.TypeIFName}
+	if err := c.AddSet(proxied, nil); err != nil {
+		return fmt.Errorf("network: nftables set of proxied slots: %w", err)
+	}
+	rule(fwd, ifnamePrefix(expr.MetaKeyIIFNAME, slots), ifnameVmap(policiesMap))
+	if port := m.cfg.ProxyPort; port != 0 {
+		m.addProxyChain(c, filter, port, resolvers, blocked)
+	}
+	for id, sp := range saved {
+		if err := m.queueAddSlotPolicy(c, filter, id, m.cfg.vethName(id), sp.allow, sp.deny, sp.proxied && port(m) != 0); err != nil {
+			return err
+		}
+	}
+
 	// Egress leaves with the host's address.
 	nat := c.AddTable(&nftables.Table{Name: m.cfg.natTable(), Family: nftables.TableFamilyIPv4})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: nat, Type: nftables.ChainTypeNAT,
@@ -98,7 +132,31 @@ func (m *Manager) installRules() error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("network: installing nftables tables: %w", err)
 	}
+	m.polMu.Lock()
+	for id, sp := range saved {
+		m.policies[id] = sp.proxied && port(m) != 0
+	}
+	m.polMu.Unlock()
 	return nil
+}
+
+func port(m *Manager) uint16 { return m.cfg.ProxyPort }
+
+// addProxyChain adds the nat chain that redirects proxied slots' new TCP
+// connections to the egress proxy, except those the node refuses anyway
+// (left to the forward chain) and DNS to the resolvers.
+func (m *Manager) addProxyChain(c *nftables.Conn, filter *nftables.Table, port uint16, resolvers, blocked *nftables.Set) {
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{Name: proxyChain, Table: filter, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+	rule := func(parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: filter, Chain: ch, Exprs: concat(parts...)})
+	}
+	tcpFromProxied := concat(ifnameIn(expr.MetaKeyIIFNAME, proxiedSet), nfproto(nftables.TableFamilyIPv4), l4proto(unix.IPPROTO_TCP))
+	rule(tcpFromProxied, ipv4DaddrIn(resolvers), dport(53), verdict(expr.VerdictReturn))
+	rule(tcpFromProxied, ipv4DaddrIn(blocked), verdict(expr.VerdictReturn))
+	rule(tcpFromProxied, ipv4DaddrPrefix(m.cfg.CIDR), verdict(expr.VerdictReturn))
+	rule(tcpFromProxied, redirectTo(port))
 }
 
 // addEgressSets adds the sets the egress rules look destinations up in:

@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/poll"
@@ -101,6 +102,13 @@ type Config struct {
 	ResolvConf string
 	// HealthTimeout bounds the wait for envd after start. Default 10s.
 	HealthTimeout time.Duration
+	// EgressProxy receives the TCP of sandboxes whose policy names
+	// domains, rules or an upstream proxy; nil: such policies fail.
+	EgressProxy *egress.Proxy
+	// TrustCA, if set, is the PEM certificate of the egress proxy's CA:
+	// it is added to every sandbox's system trust bundle and written to
+	// TrustCAPath (see egress.go).
+	TrustCA []byte
 }
 
 // Node creates and deletes sandboxes on this machine.
@@ -147,6 +155,9 @@ type CreateRequest struct {
 	// sandbox's writable layer (Snapshot): the new sandbox's writable
 	// layer is a copy of it, of its size (DiskSizeMB is ignored).
 	DiskImage string
+	// Egress is the sandbox's egress policy, in force before its first
+	// process starts; nil: none (the node's rules only).
+	Egress *Egress
 }
 
 // Instance is a running sandbox's resources on this node: its slot, root
@@ -159,6 +170,8 @@ type Instance struct {
 	// LogPath is the host file envd's stdout and stderr go to (see
 	// Rootfs.LogPath); it is gone once the sandbox is deleted.
 	LogPath string
+	// egress is the policy in force (SetEgress), nil for none.
+	egress *Egress
 }
 
 // EnvdURL is the base URL of the sandbox's envd, reachable from the host.
@@ -228,6 +241,11 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 			return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 		}
 	}
+	if req.Egress != nil {
+		if err := n.SetEgress(inst, *req.Egress); err != nil {
+			return nil, runtime.Spec{}, err
+		}
+	}
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port)}
 	if req.User != "" {
 		args = append(args, "--user", req.User)
@@ -279,7 +297,7 @@ func (n *Node) writeRootFiles(dir, id string) error {
 			return fmt.Errorf("preparing the mount point %s: %w", m, err)
 		}
 	}
-	return nil
+	return n.installTrustCA(root)
 }
 
 // Delete stops the sandbox and releases everything it used. It tries every
@@ -296,6 +314,9 @@ func (n *Node) release(ctx context.Context, inst *Instance) error {
 // detached (its files kept, as a paused sandbox's), not removed.
 func (n *Node) releaseKeeping(ctx context.Context, inst *Instance, keepRoot bool) error {
 	var errs []error
+	if inst.Slot != nil && n.cfg.EgressProxy != nil {
+		n.cfg.EgressProxy.Unregister(inst.Slot.SandboxIP)
+	}
 	if err := n.cfg.Runtime.Delete(ctx, inst.ID); err != nil {
 		errs = append(errs, err)
 	}

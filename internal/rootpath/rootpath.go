@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"strings"
@@ -221,4 +222,28 @@ func randomHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// ReadFile reads name, resolved inside the root, if it is a regular file
+// of at most max bytes. It never blocks on a FIFO or a device a tenant
+// put there (O_NONBLOCK, then a regular-file check).
+func (r *Root) ReadFile(name string, max int64) ([]byte, error) {
+	n := clean(name)
+	fd, err := r.openat2(n, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path.Join(r.dir, n))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("rootpath: %s in %s is not a regular file", n, r.dir)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("rootpath: %s in %s is larger than %d bytes", n, r.dir, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }

@@ -252,3 +252,32 @@ func BenchmarkNodeFiles(b *testing.B) {
 		r.Close()
 	}
 }
+
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(dir+"/f", []byte("data"), 0o644))
+	must(os.Symlink("/etc/passwd", dir+"/abs"))
+	must(unix.Mkfifo(dir+"/fifo", 0o644))
+	r, err := Open(dir)
+	must(err)
+	defer r.Close()
+	if b, err := r.ReadFile("/f", 10); err != nil || string(b) != "data" {
+		t.Errorf("a file: %q, %v", b, err)
+	}
+	if _, err := r.ReadFile("/f", 3); err == nil {
+		t.Error("a file over the limit was read")
+	}
+	// An absolute link resolves inside the root, where there is no /etc/passwd.
+	if b, err := r.ReadFile("/abs", 1<<20); err == nil {
+		t.Errorf("a link out of the root was followed: %q", b)
+	}
+	if _, err := r.ReadFile("/fifo", 10); err == nil {
+		t.Error("a FIFO was read")
+	}
+}

@@ -75,9 +75,13 @@ func (m *Manager) nodeRequest(rec store.Sandbox) (node.CreateRequest, error) {
 	if err != nil {
 		return node.CreateRequest{}, fmt.Errorf("sandbox: %s: %w", rec.ID, err)
 	}
+	eg, err := m.egressOf(rec)
+	if err != nil {
+		return node.CreateRequest{}, err
+	}
 	return node.CreateRequest{
 		ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-		AccessToken: rec.EnvdAccessToken, User: img.User, Workdir: img.Workdir,
+		AccessToken: rec.EnvdAccessToken, User: img.User, Workdir: img.Workdir, Egress: eg,
 	}, nil
 }
 
@@ -85,6 +89,19 @@ func (m *Manager) nodeRequest(rec store.Sandbox) (node.CreateRequest, error) {
 // ready, and returns its record.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	if err := m.validateCreate(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	pol, err := compileEgress(req.Extra.Network, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if pol.NeedsProxy() && !m.cfg.Node.HasEgressProxy() {
+		return store.Sandbox{}, fmt.Errorf("%w: this node runs no egress proxy: domains, rules and egressProxy cannot be enforced", ErrInvalid)
+	}
+	if err := m.checkUpstream(ctx, pol); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.sealPassword(req.Extra.Network, req.TeamID); err != nil {
 		return store.Sandbox{}, err
 	}
 	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
@@ -194,8 +211,14 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
 		}
 	}
+	if inst.Egress() == nil {
+		// A warm sandbox: its policy goes on before its user gets it.
+		if err := m.applyEgress(rec, inst); err != nil {
+			return fail(err)
+		}
+	}
 	l := m.newLive(rec, inst)
-	if err := initEnvd(ctx, inst, l.transport, token, rec, tmpl.Envs); err != nil {
+	if err := initEnvd(ctx, inst, l.transport, token, rec, m.withTrust(tmpl.Envs)); err != nil {
 		return fail(err)
 	}
 	started := time.Now()

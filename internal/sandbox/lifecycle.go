@@ -335,7 +335,20 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (stor
 // templateEnvs is the environment a sandbox's template gave it.
 func (m *Manager) templateEnvs(rec store.Sandbox) map[string]string {
 	img, _ := parseImage(rec)
-	return img.Envs
+	return m.withTrust(img.Envs)
+}
+
+// withTrust is a template's environment over the node's trust variables
+// (node.TrustEnv: its egress CA), which the template may override.
+func (m *Manager) withTrust(templateEnvs map[string]string) map[string]string {
+	envs := map[string]string{}
+	for k, v := range m.cfg.Node.TrustEnv() {
+		envs[k] = v
+	}
+	for k, v := range templateEnvs {
+		envs[k] = v
+	}
+	return envs
 }
 
 // pausedNow reports whether a live sandbox is paused, or ErrNotFound if

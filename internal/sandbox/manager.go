@@ -74,6 +74,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -152,7 +153,14 @@ type Config struct {
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
-	Logger  *slog.Logger
+	// Sealer keeps egressProxy passwords; nil: a create naming one fails.
+	Sealer Sealer
+	// CheckEgressProxy refuses an egressProxy address the node would
+	// never dial (it resolves into a range the node refuses sandboxes).
+	CheckEgressProxy func(ctx context.Context, address string) error
+	// Audit is the egress audit log NetworkLogs reads; nil: none.
+	Audit  *egress.Audit
+	Logger *slog.Logger
 }
 
 // Template is what a create's templateID resolved to.
@@ -341,12 +349,6 @@ func validateCreate(req CreateRequest) error {
 	}
 	if req.Timeout < 0 {
 		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
-	}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		return fmt.Errorf("%w: allow_internet_access=false is not supported yet: egress policies are not implemented, and Warren does not pretend to enforce one", ErrInvalid)
-	}
-	if n := req.Extra.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
-		return fmt.Errorf("%w: network.allowOut/denyOut are not supported yet: egress policies are not implemented", ErrInvalid)
 	}
 	if len(req.Extra.VolumeMounts) > 0 {
 		return fmt.Errorf("%w: volume mounts are not supported yet", ErrInvalid)
@@ -630,10 +632,12 @@ type Extra struct {
 
 // Network is a sandbox's network configuration as the API gives it.
 type Network struct {
-	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	AllowPublicTraffic *bool                    `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string                 `json:"allowOut,omitempty"`
+	DenyOut            []string                 `json:"denyOut,omitempty"`
+	MaskRequestHost    string                   `json:"maskRequestHost,omitempty"`
+	Rules              map[string][]egress.Rule `json:"rules,omitempty"`
+	EgressProxy        *EgressProxy             `json:"egressProxy,omitempty"`
 }
 
 // VolumeMount mounts a team volume into a sandbox.

@@ -96,6 +96,11 @@ func (m *Manager) adopt(ctx context.Context, r store.Sandbox) (*live, error) {
 		}
 		return nil, err
 	}
+	// network.New carried the slot's rules over; this puts them (and the
+	// egress proxy's registration) back from the record, which wins.
+	if err := m.applyEgress(r, inst); err != nil {
+		m.log.Error("re-applying an adopted sandbox's egress policy", "sandbox", r.ID, "err", err)
+	}
 	return m.newLive(r, inst), nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secret"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
@@ -61,6 +62,14 @@ type Config struct {
 	InsecureRegistries                            []string
 	InsecureRuntime                               bool
 	BuildDiskMB                                   int
+	// EgressProxyPort is the host port of the egress proxy (every
+	// address; only redirected sandbox connections are let in); 0 picks
+	// a free one at each start.
+	EgressProxyPort int
+	// EgressCAFile, if set, holds PEM root certificates the egress proxy
+	// trusts, beside the system's, when it re-encrypts to a host that has
+	// rules (an internal service's CA).
+	EgressCAFile string
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -139,7 +148,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	n, nw, err := newNode(cfg, images, envd, log)
+	sealer, err := secret.LoadSealer(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	secrets := secret.New(st, sealer)
+	eg, err := openEgress(cfg, secrets, log)
+	if err != nil {
+		return err
+	}
+	defer eg.close()
+	n, nw, err := newNode(cfg, images, envd, eg, log)
 	if err != nil {
 		return err
 	}
@@ -168,6 +187,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
 	})
 	if err != nil {
 		return err
@@ -190,9 +210,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if live, _ := mgr.Count(); live > 0 {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
+	go eg.sweep(ctx, st, log)
 
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, ClientID: cfg.NodeName, Logger: log,
+		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
@@ -334,7 +355,7 @@ func findEnvd(path string) (string, error) {
 
 // newNode builds the node: the runtime, the resolvers sandboxes get, the
 // network (closed by the caller) and the root filesystems over images.
-func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*node.Node, *network.Manager, error) {
+func newNode(cfg Config, images *image.Store, envd string, eg *egressParts, log *slog.Logger) (*node.Node, *network.Manager, error) {
 	rtCfg := runtime.Config{StateDir: filepath.Join(cfg.RunDir, cfg.Runtime), CgroupParent: cfg.CgroupParent}
 	if cfg.Runtime == "runsc" {
 		rtCfg.Binary = setup.RunscPath(cfg.DataDir)
@@ -358,8 +379,13 @@ func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*n
 	if err := dns.WriteFile(resolvConf); err != nil {
 		return nil, nil, err
 	}
-	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers})
+	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers,
+		ProxyPort: eg.port, AuditGroup: auditGroup(cfg.NetworkPrefix)})
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := eg.start(nw, dns.Nameservers, auditGroup(cfg.NetworkPrefix), log); err != nil {
+		nw.Close()
 		return nil, nil, err
 	}
 	roots, err := rootfs.Open(cfg.DataDir)
@@ -367,7 +393,8 @@ func newNode(cfg Config, images *image.Store, envd string, log *slog.Logger) (*n
 		nw.Close()
 		return nil, nil, err
 	}
-	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf})
+	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf,
+		EgressProxy: eg.proxy, TrustCA: eg.ca.CertPEM()})
 	if err != nil {
 		nw.Close()
 		return nil, nil, err

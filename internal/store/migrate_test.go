@@ -181,7 +181,13 @@ func withMigration(t *testing.T, name, body string) fs.FS {
 func TestOpenAdoptsOldRunnerVersions(t *testing.T) {
 	all := embeddedVersions(t)
 	last := all[len(all)-1]
-	for _, upTo := range []int64{last - 1, last} {
+	// Versions have gaps (each issue reserves its number), so the one
+	// before the last is the embedded one before it.
+	upTos := []int64{last}
+	if len(all) > 1 {
+		upTos = []int64{all[len(all)-2], last}
+	}
+	for _, upTo := range upTos {
 		t.Run(fmt.Sprintf("old runner applied 1..%d", upTo), func(t *testing.T) {
 			for kind, b := range blankDatabases(t) {
 				t.Run(kind, func(t *testing.T) { testAdoptOldRunner(t, b, upTo, last) })

@@ -193,6 +193,7 @@ type Store interface {
 	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
 
 	TemplateStore
+	SecretStore
 
 	Close() error
 }

@@ -198,6 +198,8 @@ type createOpts struct {
 	Private    bool
 	AutoPause  bool
 	AutoResume bool
+	// Body holds more fields of the create body (replacing the above's).
+	Body map[string]any
 }
 
 // createRequest is the body of POST /sandboxes.
@@ -217,6 +219,9 @@ func (o createOpts) body() map[string]any {
 	}
 	if o.AutoResume {
 		b["autoResume"] = map[string]any{"enabled": true}
+	}
+	for k, v := range o.Body {
+		b[k] = v
 	}
 	return b
 }

@@ -229,6 +229,9 @@ type server struct {
 	prefix, cidr, runDir, cgroupParent string
 	// tlsAddr is the HTTPS proxy's address, when the build has it.
 	tlsAddr string
+	// egressPort is the egress proxy's host port (issue 14), when the
+	// build has it.
+	egressPort int
 }
 
 // serveFlags lists the flags `warren serve` has, from its -h output.
@@ -310,6 +313,12 @@ func (v *server) start(s *suite, extra []string) error {
 			}
 			v.tlsAddr = fmt.Sprintf("%s:%d", tlsHost, port)
 			v.args = append(v.args, "--proxy-tls-addr", v.tlsAddr)
+		}
+		if v.has("egress-proxy-port") {
+			if v.egressPort, err = freePort(); err != nil {
+				return err
+			}
+			v.args = append(v.args, "--egress-proxy-port", strconv.Itoa(v.egressPort))
 		}
 		v.args = append(v.args, extra...)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -30,10 +31,23 @@ const (
 	// dnsName resolves to dnsAnswer at the test resolver, and nowhere else.
 	dnsName   = "probe.warren-sec.test"
 	dnsAnswer = "198.18.0.7"
+	// An "internet" host for the egress policy cases (issue 14): HTTP on
+	// pubHostPort answers with the request's headers. pubName resolves to
+	// it; privName and metaName resolve to the private and metadata hosts
+	// (a name that an allowOut domain matches must still not open them).
+	pubHostAddr = "198.18.207.2"
+	pubHostPort = 8080
+	pubName     = "api.warren-sec.test"
+	privName    = "private.warren-sec.test"
+	metaName    = "metadata.warren-sec.test"
 )
 
 type testHosts struct {
 	priv, meta, dns *testhost.Host
+	// pub is the egress cases' internet host; pubSeen counts the requests
+	// it answered.
+	pub     *testhost.Host
+	pubSeen atomic.Int64
 }
 
 // newTestHosts makes the test hosts and their servers, and checks from
@@ -65,7 +79,13 @@ func newTestHosts() (*testHosts, error) {
 			return h, err
 		}
 	}
-	if _, err := h.dns.StartDNS(map[string]netip.Addr{dnsName: netip.MustParseAddr(dnsAnswer)}); err != nil {
+	if _, err := h.dns.StartDNS(map[string]netip.Addr{
+		dnsName: netip.MustParseAddr(dnsAnswer), pubName: netip.MustParseAddr(pubHostAddr),
+		privName: netip.MustParseAddr(privHostAddr), metaName: netip.MustParseAddr(metaHostAddr),
+	}); err != nil {
+		return h, err
+	}
+	if err := h.startPub(); err != nil {
 		return h, err
 	}
 	for _, network := range []string{"udp", "tcp"} {
@@ -91,7 +111,37 @@ func answers(addr, body string) error {
 	return nil
 }
 
-func (h *testHosts) all() []*testhost.Host { return []*testhost.Host{h.priv, h.meta, h.dns} }
+func (h *testHosts) all() []*testhost.Host { return []*testhost.Host{h.priv, h.meta, h.dns, h.pub} }
+
+// startPub starts the internet host: HTTP that answers "public-host" and
+// the request's headers, one "Name: value" a line.
+func (h *testHosts) startPub() error {
+	var err error
+	if h.pub, err = testhost.Open("wsectw", netip.MustParsePrefix(pubHostAddr+"/24")); err != nil {
+		return err
+	}
+	ln, err := h.pub.ListenTCP(pubHostPort)
+	if err != nil {
+		return err
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.pubSeen.Add(1)
+		var b strings.Builder
+		b.WriteString("public-host host=" + r.Host + "\n")
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				b.WriteString(name + ": " + v + "\n")
+			}
+		}
+		io.WriteString(w, b.String())
+	}))
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Get(fmt.Sprintf("http://%s:%d/", pubHostAddr, pubHostPort))
+	if err != nil {
+		return fmt.Errorf("the internet test host does not answer the host: %w", err)
+	}
+	res.Body.Close()
+	return nil
+}
 
 // isGateway tells whether ip is the host's end of a test host's veth.
 func (h *testHosts) isGateway(ip string) bool {

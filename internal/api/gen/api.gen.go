@@ -47,6 +47,18 @@ const (
 	Desc ListSandboxesV2ParamsOrder = "desc"
 )
 
+// Defines values for GetSandboxLogsV2ParamsDirection.
+const (
+	Backward GetSandboxLogsV2ParamsDirection = "backward"
+	Forward  GetSandboxLogsV2ParamsDirection = "forward"
+)
+
+// Defines values for GetSandboxLogsV2ParamsSource.
+const (
+	Envd    GetSandboxLogsV2ParamsSource = "envd"
+	Network GetSandboxLogsV2ParamsSource = "network"
+)
+
 // AssignTemplateTagsRequest defines model for AssignTemplateTagsRequest.
 type AssignTemplateTagsRequest struct {
 	Tags []string `json:"tags"`
@@ -161,6 +173,13 @@ type NewSandbox struct {
 	VolumeMounts *[]VolumeMount `json:"volumeMounts,omitempty"`
 }
 
+// NewSecret defines model for NewSecret.
+type NewSecret struct {
+	Metadata *StringMap `json:"metadata,omitempty"`
+	Name     string     `json:"name"`
+	Value    string     `json:"value"`
+}
+
 // NewSnapshot defines model for NewSnapshot.
 type NewSnapshot struct {
 	// Name name or name:tag (a namespace/ before it is accepted and dropped).
@@ -218,6 +237,14 @@ type SandboxDetail struct {
 	VolumeMounts        *[]VolumeMount        `json:"volumeMounts,omitempty"`
 }
 
+// SandboxEgressProxyConfig An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+type SandboxEgressProxyConfig struct {
+	// Address host:port
+	Address  string  `json:"address"`
+	Password *string `json:"password,omitempty"`
+	Username *string `json:"username,omitempty"`
+}
+
 // SandboxForkResult defines model for SandboxForkResult.
 type SandboxForkResult struct {
 	Error   *Error   `json:"error,omitempty"`
@@ -253,6 +280,11 @@ type SandboxLogs struct {
 	Logs       []SandboxLog      `json:"logs"`
 }
 
+// SandboxLogsV2Response defines model for SandboxLogsV2Response.
+type SandboxLogsV2Response struct {
+	Logs []SandboxLogEntry `json:"logs"`
+}
+
 // SandboxMetric defines model for SandboxMetric.
 type SandboxMetric struct {
 	CpuCount   int32   `json:"cpuCount"`
@@ -270,14 +302,66 @@ type SandboxMetric struct {
 
 // SandboxNetworkConfig defines model for SandboxNetworkConfig.
 type SandboxNetworkConfig struct {
+	// AllowOut CIDRs, IPs and domains (example.com, *.example.com) sandboxes may reach; allow wins over deny.
 	AllowOut           *[]string `json:"allowOut,omitempty"`
 	AllowPublicTraffic *bool     `json:"allowPublicTraffic,omitempty"`
-	DenyOut            *[]string `json:"denyOut,omitempty"`
-	MaskRequestHost    *string   `json:"maskRequestHost,omitempty"`
+
+	// DenyOut CIDRs and IPs (no domains) sandboxes may not reach.
+	DenyOut *[]string `json:"denyOut,omitempty"`
+
+	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	EgressProxy     *SandboxEgressProxyConfig `json:"egressProxy"`
+	MaskRequestHost *string                   `json:"maskRequestHost,omitempty"`
+
+	// Rules A host (example.com, *.example.com) to the transforms of its outbound HTTP(S) requests.
+	Rules *SandboxNetworkRules `json:"rules,omitempty"`
+}
+
+// SandboxNetworkRule defines model for SandboxNetworkRule.
+type SandboxNetworkRule struct {
+	Transform *SandboxNetworkTransform `json:"transform,omitempty"`
+}
+
+// SandboxNetworkRules A host (example.com, *.example.com) to the transforms of its outbound HTTP(S) requests.
+type SandboxNetworkRules map[string][]SandboxNetworkRule
+
+// SandboxNetworkTransform defines model for SandboxNetworkTransform.
+type SandboxNetworkTransform struct {
+	// Headers Headers set on each request; ${e2b.secrets.NAME} is replaced by the secret's value by the egress proxy.
+	Headers *StringMap `json:"headers,omitempty"`
+}
+
+// SandboxNetworkUpdateConfig defines model for SandboxNetworkUpdateConfig.
+type SandboxNetworkUpdateConfig struct {
+	AllowOut            *[]string `json:"allowOut,omitempty"`
+	AllowInternetAccess *bool     `json:"allow_internet_access,omitempty"`
+	DenyOut             *[]string `json:"denyOut,omitempty"`
+
+	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	EgressProxy *SandboxEgressProxyConfig `json:"egressProxy"`
+
+	// Rules A host (example.com, *.example.com) to the transforms of its outbound HTTP(S) requests.
+	Rules *SandboxNetworkRules `json:"rules,omitempty"`
 }
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
+
+// Secret defines model for Secret.
+type Secret struct {
+	CreatedAt      time.Time `json:"createdAt"`
+	CurrentVersion int64     `json:"currentVersion"`
+	Metadata       StringMap `json:"metadata"`
+	Name           string    `json:"name"`
+	SecretID       string    `json:"secretID"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+}
+
+// SecretUpdate defines model for SecretUpdate.
+type SecretUpdate struct {
+	Metadata *StringMap `json:"metadata,omitempty"`
+	Value    string     `json:"value"`
+}
 
 // SnapshotInfo defines model for SnapshotInfo.
 type SnapshotInfo struct {
@@ -470,6 +554,12 @@ type SetSandboxTimeoutJSONBody struct {
 	Timeout int32 `json:"timeout"`
 }
 
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	Limit     *int32  `form:"limit,omitempty" json:"limit,omitempty"`
+	NextToken *string `form:"nextToken,omitempty" json:"nextToken,omitempty"`
+}
+
 // ListSnapshotsParams defines parameters for ListSnapshots.
 type ListSnapshotsParams struct {
 	SandboxID *string `form:"sandboxID,omitempty" json:"sandboxID,omitempty"`
@@ -511,6 +601,30 @@ type ListSandboxesV2Params struct {
 // ListSandboxesV2ParamsOrder defines parameters for ListSandboxesV2.
 type ListSandboxesV2ParamsOrder string
 
+// GetSandboxLogsV2Params defines parameters for GetSandboxLogsV2.
+type GetSandboxLogsV2Params struct {
+	// Cursor Unix milliseconds; entries at or after it (forward) or at or before it (backward).
+	Cursor    *int64                           `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit     *int32                           `form:"limit,omitempty" json:"limit,omitempty"`
+	Direction *GetSandboxLogsV2ParamsDirection `form:"direction,omitempty" json:"direction,omitempty"`
+
+	// Level The least severe level returned (debug, info, warn, error).
+	Level *string `form:"level,omitempty" json:"level,omitempty"`
+
+	// Search Case-sensitive substring of the message.
+	Search *string `form:"search,omitempty" json:"search,omitempty"`
+
+	// Source Warren's extension: envd (the sandbox's own log) or network (the egress audit: every
+	// decision of the sandbox's egress policy). Absent: both. Each entry's fields.source says which.
+	Source *GetSandboxLogsV2ParamsSource `form:"source,omitempty" json:"source,omitempty"`
+}
+
+// GetSandboxLogsV2ParamsDirection defines parameters for GetSandboxLogsV2.
+type GetSandboxLogsV2ParamsDirection string
+
+// GetSandboxLogsV2ParamsSource defines parameters for GetSandboxLogsV2.
+type GetSandboxLogsV2ParamsSource string
+
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = NewSandbox
 
@@ -519,6 +633,9 @@ type ConnectSandboxJSONRequestBody = ConnectSandbox
 
 // ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
 type ForkSandboxJSONRequestBody = ForkSandbox
+
+// UpdateSandboxNetworkJSONRequestBody defines body for UpdateSandboxNetwork for application/json ContentType.
+type UpdateSandboxNetworkJSONRequestBody = SandboxNetworkUpdateConfig
 
 // PauseSandboxJSONRequestBody defines body for PauseSandbox for application/json ContentType.
 type PauseSandboxJSONRequestBody = PauseSandbox
@@ -534,6 +651,12 @@ type CreateSnapshotJSONRequestBody = NewSnapshot
 
 // SetSandboxTimeoutJSONRequestBody defines body for SetSandboxTimeout for application/json ContentType.
 type SetSandboxTimeoutJSONRequestBody SetSandboxTimeoutJSONBody
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = NewSecret
+
+// UpdateSecretJSONRequestBody defines body for UpdateSecret for application/json ContentType.
+type UpdateSecretJSONRequestBody = SecretUpdate
 
 // DeleteTemplateTagsJSONRequestBody defines body for DeleteTemplateTags for application/json ContentType.
 type DeleteTemplateTagsJSONRequestBody = DeleteTemplateTagsRequest
@@ -586,6 +709,9 @@ type ServerInterface interface {
 	// (GET /sandboxes/{sandboxID}/metrics)
 	GetSandboxMetrics(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxMetricsParams)
 
+	// (PUT /sandboxes/{sandboxID}/network)
+	UpdateSandboxNetwork(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
 	// (POST /sandboxes/{sandboxID}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 
@@ -600,6 +726,21 @@ type ServerInterface interface {
 
 	// (POST /sandboxes/{sandboxID}/timeout)
 	SetSandboxTimeout(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
+	// (GET /secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+
+	// (POST /secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+
+	// (DELETE /secrets/{secretID})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretID string)
+
+	// (GET /secrets/{secretID})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretID string)
+
+	// (POST /secrets/{secretID})
+	UpdateSecret(w http.ResponseWriter, r *http.Request, secretID string)
 
 	// (GET /snapshots)
 	ListSnapshots(w http.ResponseWriter, r *http.Request, params ListSnapshotsParams)
@@ -642,6 +783,9 @@ type ServerInterface interface {
 
 	// (POST /v2/sandboxes/{sandboxID}/connect)
 	ConnectSandboxV2(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+
+	// (GET /v2/sandboxes/{sandboxID}/logs)
+	GetSandboxLogsV2(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxLogsV2Params)
 
 	// (POST /v2/templates/{templateID}/builds/{buildID})
 	StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID)
@@ -950,6 +1094,37 @@ func (siw *ServerInterfaceWrapper) GetSandboxMetrics(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// UpdateSandboxNetwork operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSandboxNetwork(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSandboxNetwork(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseSandbox operation middleware
 func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -1096,6 +1271,160 @@ func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *h
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.SetSandboxTimeout(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "limit", r.URL.Query(), &params.Limit)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "nextToken" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "nextToken", r.URL.Query(), &params.NextToken)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "nextToken", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateSecret operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSecret(w, r, secretID)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1669,6 +1998,88 @@ func (siw *ServerInterfaceWrapper) ConnectSandboxV2(w http.ResponseWriter, r *ht
 	handler.ServeHTTP(w, r)
 }
 
+// GetSandboxLogsV2 operation middleware
+func (siw *ServerInterfaceWrapper) GetSandboxLogsV2(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSandboxLogsV2Params
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "cursor", r.URL.Query(), &params.Cursor)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "limit", r.URL.Query(), &params.Limit)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "direction" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "direction", r.URL.Query(), &params.Direction)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "direction", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "level" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "level", r.URL.Query(), &params.Level)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "level", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "search" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "search", r.URL.Query(), &params.Search)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "search", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "source" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "source", r.URL.Query(), &params.Source)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "source", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSandboxLogsV2(w, r, sandboxID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // StartTemplateBuildV2 operation middleware
 func (siw *ServerInterfaceWrapper) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request) {
 
@@ -1858,11 +2269,17 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/fork", wrapper.ForkSandbox)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogs)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes/{sandboxID}/metrics", wrapper.GetSandboxMetrics)
+	m.HandleFunc("PUT "+options.BaseURL+"/sandboxes/{sandboxID}/network", wrapper.UpdateSandboxNetwork)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/pause", wrapper.PauseSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/refreshes", wrapper.RefreshSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/resume", wrapper.ResumeSandbox)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/snapshots", wrapper.CreateSnapshot)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes/{sandboxID}/timeout", wrapper.SetSandboxTimeout)
+	m.HandleFunc("GET "+options.BaseURL+"/secrets", wrapper.ListSecrets)
+	m.HandleFunc("POST "+options.BaseURL+"/secrets", wrapper.CreateSecret)
+	m.HandleFunc("DELETE "+options.BaseURL+"/secrets/{secretID}", wrapper.DeleteSecret)
+	m.HandleFunc("GET "+options.BaseURL+"/secrets/{secretID}", wrapper.GetSecret)
+	m.HandleFunc("POST "+options.BaseURL+"/secrets/{secretID}", wrapper.UpdateSecret)
 	m.HandleFunc("GET "+options.BaseURL+"/snapshots", wrapper.ListSnapshots)
 	m.HandleFunc("GET "+options.BaseURL+"/templates", wrapper.ListTemplates)
 	m.HandleFunc("DELETE "+options.BaseURL+"/templates/tags", wrapper.DeleteTemplateTags)
@@ -1877,6 +2294,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v2/sandboxes", wrapper.ListSandboxesV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes", wrapper.CreateSandboxV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes/{sandboxID}/connect", wrapper.ConnectSandboxV2)
+	m.HandleFunc("GET "+options.BaseURL+"/v2/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogsV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/templates/{templateID}/builds/{buildID}", wrapper.StartTemplateBuildV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v3/templates", wrapper.CreateTemplateV3)
 

@@ -1,0 +1,163 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// dialer makes the proxy's upstream connections: directly to an address
+// the node lets sandboxes reach, or through an upstream CONNECT proxy
+// that is itself at such an address.
+type dialer struct {
+	refused  func(netip.Addr) bool
+	resolver Resolver
+	timeout  time.Duration
+	names    nameCache
+}
+
+// nameCache keeps what names resolved to for nameTTL: a sandbox that
+// opens many connections to one host costs one lookup, not one each.
+// The answers are the node's resolvers' (the ones the sandbox itself
+// asked a moment before), and refused addresses are dropped after the
+// cache, so a stale entry never opens what the node refuses.
+type nameCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedName
+}
+
+type cachedName struct {
+	addrs []netip.Addr
+	until time.Time
+}
+
+const (
+	nameTTL        = 5 * time.Second
+	maxCachedNames = 4096
+)
+
+func (c *nameCache) get(host string, now time.Time) ([]netip.Addr, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[host]
+	if !ok || now.After(e.until) {
+		return nil, false
+	}
+	return e.addrs, true
+}
+
+func (c *nameCache) put(host string, addrs []netip.Addr, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxCachedNames {
+		c.entries = map[string]cachedName{}
+	}
+	c.entries[host] = cachedName{addrs: addrs, until: now.Add(nameTTL)}
+}
+
+// errRefused: the node never lets sandboxes reach that address.
+var errRefused = errors.New("the node refuses sandboxes that address")
+
+// direct dials addr.
+func (d *dialer) direct(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+	if d.refused(addr.Addr()) {
+		return nil, fmt.Errorf("%s: %w", addr, errRefused)
+	}
+	nd := net.Dialer{Timeout: d.timeout}
+	return nd.DialContext(ctx, "tcp4", addr.String())
+}
+
+// resolve returns the IPv4 addresses host resolves to that the node lets
+// sandboxes reach.
+func (d *dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	addrs, ok := d.names.get(host, time.Now())
+	if !ok {
+		ctx, cancel := context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+		var err error
+		if addrs, err = d.resolver.LookupNetIP(ctx, "ip4", host); err != nil {
+			return nil, err
+		}
+		d.names.put(host, addrs, time.Now())
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a = a.Unmap(); !d.refused(a) {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s resolves to no address sandboxes may reach", host)
+	}
+	return out, nil
+}
+
+// viaProxy opens a tunnel to target ("host:port" or "ip:port") through
+// the CONNECT proxy up.
+func (d *dialer) viaProxy(ctx context.Context, up *UpstreamProxy, target string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(up.Address)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		if d.refused(a) {
+			return nil, fmt.Errorf("egress proxy %s: %w", up.Address, errRefused)
+		}
+		addrs = []netip.Addr{a}
+	} else if addrs, err = d.resolve(ctx, host); err != nil {
+		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+	}
+	p, _ := netip.ParseAddrPort(net.JoinHostPort(addrs[0].String(), port))
+	c, err := d.direct(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+	}
+	_ = c.SetDeadline(time.Now().Add(d.timeout))
+	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
+	if up.Username != "" {
+		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(up.Username+":"+up.Password)) + "\r\n"
+	}
+	if _, err := c.Write([]byte(req + "\r\n")); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("egress proxy %s: reading its answer: %w", up.Address, err)
+	}
+	res.Body.Close()
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		c.Close()
+		return nil, fmt.Errorf("egress proxy %s answered %s to CONNECT %s", up.Address, res.Status, target)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return &bufferedConn{Conn: c, r: br}, nil
+}
+
+// bufferedConn reads what its reader buffered before the connection.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite half-closes the underlying TCP connection.
+func (c *bufferedConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
