@@ -1,6 +1,6 @@
 // Package store persists Warren's control-plane state: teams, their API
-// keys and access tokens, sandboxes, and templates with their builds,
-// build logs and tags.
+// keys and access tokens, sandboxes, templates with their builds, build
+// logs and tags, and team volumes.
 //
 // One implementation serves both databases through database/sql: SQLite
 // (modernc.org/sqlite, pure Go, WAL) is the embedded default of a single
@@ -125,6 +125,10 @@ type Sandbox struct {
 	UpdatedAt time.Time
 	// PausedAt is when the sandbox was paused; zero unless it is paused.
 	PausedAt time.Time
+	// VolumeMounts are the team volumes the sandbox mounts. CreateSandbox
+	// checks that each exists in the sandbox's team; they are meant to
+	// stay as created (a volume is not deleted while they name it).
+	VolumeMounts []VolumeMount
 }
 
 // SandboxFilter selects sandboxes for ListSandboxes.
@@ -179,6 +183,7 @@ type Store interface {
 	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
 
 	TemplateStore
+	VolumeStore
 
 	Close() error
 }
