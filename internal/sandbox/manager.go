@@ -63,7 +63,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // Errors, matched with errors.Is; the API maps them to statuses.
@@ -74,6 +76,7 @@ var (
 	ErrNoCapacity       = errors.New("no capacity")
 	ErrTeamLimit        = errors.New("team sandbox limit reached")
 	ErrConflict         = errors.New("sandbox is changing state")
+	ErrVolumeNotFound   = errors.New("volume not found")
 )
 
 // Resources are a sandbox's limits.
@@ -132,7 +135,20 @@ type Config struct {
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
+	// Volumes finds the team volumes sandboxes mount (*volume.Manager);
+	// nil: creates with volume mounts are refused.
+	Volumes Volumes
 	Logger  *slog.Logger
+}
+
+// Volumes is what the manager needs of the node's team volumes.
+type Volumes interface {
+	// Resolve finds a team's volume by name (an error matching
+	// volume.ErrNotFound if it has none).
+	Resolve(ctx context.Context, teamID, name string) (store.Volume, error)
+	// HostDir is where a volume's files are on this node, ready to be
+	// bind-mounted.
+	HostDir(ctx context.Context, volumeID string) (string, error)
 }
 
 // Template is what a create's templateID resolved to.
@@ -368,7 +384,9 @@ type CreateRequest struct {
 	Secure     bool
 	// AllowInternetAccess is nil when the request did not say.
 	AllowInternetAccess *bool
-	Extra               Extra
+	// VolumeMounts mount team volumes, by name, into the sandbox.
+	VolumeMounts []VolumeMount
+	Extra        Extra
 }
 
 // Create starts a sandbox, from the template's warm pool when it has one
@@ -378,6 +396,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, err
 	}
 	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	mounts, err := m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -411,11 +433,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AllowInternetAccess: req.AllowInternetAccess,
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
+		VolumeMounts: mounts,
 	}
 
 	var inst *node.Instance
 	var token string // envd's token until /init replaces it
-	if w := m.claimWarm(tmpl); w != nil {
+	// Warm sandboxes started without mounts, and a running sandbox gets
+	// none added: a create with volumes starts cold.
+	var w *warm
+	if len(mounts) == 0 {
+		w = m.claimWarm(tmpl)
+	}
+	if w != nil {
 		inst, token = w.inst, w.token
 	} else if full != nil {
 		return store.Sandbox{}, full
@@ -432,6 +461,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		if inst != nil {
 			m.discard(inst)
 		}
+		if errors.Is(err, store.ErrNotFound) {
+			// A volume it mounts was deleted since it was resolved.
+			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrVolumeNotFound, err)
+		}
 		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
 	fail := func(err error) (store.Sandbox, error) {
@@ -442,19 +475,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, err
 	}
 	if inst == nil {
-		layers, err := m.cfg.Images.LayerDirs(tmpl)
-		if err != nil {
-			return fail(fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err))
-		}
-		nreq := node.CreateRequest{
-			ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-			AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
-		}
 		if tmpl.Snapshot != "" {
 			// Restored with its start command running. The envd in the
 			// snapshot has the build's token; /init gives it this sandbox's.
 			token = tmpl.SnapshotToken
-			nreq.AccessToken = token
+		}
+		nreq, err := m.nodeRequest(ctx, rec, tmpl, token)
+		if err != nil {
+			return fail(err)
+		}
+		if tmpl.Snapshot != "" {
 			inst, err = m.cfg.Node.Restore(ctx, nreq, m.cfg.Images.SnapshotDir(tmpl.Snapshot))
 		} else {
 			inst, err = m.cfg.Node.Create(ctx, nreq)
@@ -500,10 +530,63 @@ func validateCreate(req CreateRequest) error {
 	if n := req.Extra.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
 		return fmt.Errorf("%w: network.allowOut/denyOut are not supported yet: egress policies are not implemented", ErrInvalid)
 	}
-	if len(req.Extra.VolumeMounts) > 0 {
-		return fmt.Errorf("%w: volume mounts are not supported yet", ErrInvalid)
+	paths := make([]string, 0, len(req.VolumeMounts))
+	for _, v := range req.VolumeMounts {
+		paths = append(paths, v.Path)
 	}
-	return nil
+	return volume.CheckMountPaths(paths) // its errors match ErrInvalid too
+}
+
+// resolveMounts finds the team's volumes a create names.
+func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []VolumeMount) ([]store.VolumeMount, error) {
+	if len(mounts) == 0 {
+		return nil, nil
+	}
+	if m.cfg.Volumes == nil {
+		return nil, fmt.Errorf("%w: this server keeps no volumes", ErrInvalid)
+	}
+	out := make([]store.VolumeMount, 0, len(mounts))
+	for _, vm := range mounts {
+		v, err := m.cfg.Volumes.Resolve(ctx, teamID, vm.Name)
+		if errors.Is(err, volume.ErrNotFound) {
+			return nil, fmt.Errorf("%w: the team has no volume named %q", ErrVolumeNotFound, vm.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.VolumeMount{VolumeID: v.ID, Name: v.Name, Path: vm.Path})
+	}
+	return out, nil
+}
+
+// nodeRequest is what the node must start for sandbox rec of template
+// tmpl, its envd given token first. It is the one place where a sandbox's
+// record becomes a node.CreateRequest (create now; resume, fork and
+// restore derive theirs here too), so that what a record carries (its
+// resources, its volume mounts...) is never lost on the way.
+func (m *Manager) nodeRequest(ctx context.Context, rec store.Sandbox, tmpl *image.Template, token string) (node.CreateRequest, error) {
+	layers, err := m.cfg.Images.LayerDirs(tmpl)
+	if err != nil {
+		return node.CreateRequest{}, fmt.Errorf("sandbox: template %s: %w", tmpl.ID, err)
+	}
+	req := node.CreateRequest{
+		ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
+		AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
+	}
+	for _, vm := range rec.VolumeMounts {
+		if m.cfg.Volumes == nil {
+			return node.CreateRequest{}, fmt.Errorf("sandbox: %s mounts volumes, and this server keeps none", rec.ID)
+		}
+		dir, err := m.cfg.Volumes.HostDir(ctx, vm.VolumeID)
+		if errors.Is(err, volume.ErrNotFound) {
+			return node.CreateRequest{}, fmt.Errorf("%w: volume %q (%s) is gone", ErrVolumeNotFound, vm.Name, vm.VolumeID)
+		}
+		if err != nil {
+			return node.CreateRequest{}, fmt.Errorf("sandbox: volume %s of %s: %w", vm.VolumeID, rec.ID, err)
+		}
+		req.Mounts = append(req.Mounts, runtime.Mount{Source: dir, Destination: vm.Path})
+	}
+	return req, nil
 }
 
 // reserve counts a sandbox of res about to be created against the limits.
@@ -1020,9 +1103,8 @@ func newToken() string {
 
 // Extra is what a sandbox record keeps as JSON besides its columns.
 type Extra struct {
-	Network      *Network      `json:"network,omitempty"`
-	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
-	MCP          any           `json:"mcp,omitempty"`
+	Network *Network `json:"network,omitempty"`
+	MCP     any      `json:"mcp,omitempty"`
 }
 
 // Network is a sandbox's network configuration as the API gives it.
@@ -1033,7 +1115,7 @@ type Network struct {
 	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
 }
 
-// VolumeMount mounts a team volume into a sandbox.
+// VolumeMount mounts a team volume, by name, at Path in a sandbox.
 type VolumeMount struct {
 	Name string `json:"name"`
 	Path string `json:"path"`

@@ -107,6 +107,8 @@ type Manager struct {
 	mu sync.Mutex
 	// mounting serialises the mount of each image volume.
 	mounting map[string]*sync.Mutex
+	// rootSealed is set once the root is known nosuid,nodev.
+	rootSealed bool
 }
 
 // nfsSuperMagic is statfs's f_type of an NFS mount.
@@ -386,11 +388,48 @@ func (m *Manager) ready(v store.Volume) (string, error) {
 			return "", err
 		}
 	}
+	if v.QuotaMB == 0 {
+		if err := m.sealRoot(); err != nil {
+			return "", err
+		}
+	}
 	tree := treeOf(dir, v)
 	if fi, err := os.Lstat(tree); err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("volume: %s has no data directory (%v)", v.ID, err)
 	}
 	return tree, nil
+}
+
+// sealRoot makes sure the volume root is a nosuid,nodev mount before a
+// plain volume is handed out: a sandbox may make device nodes and setuid
+// files in its volume (root in a sandbox has CAP_MKNOD), and on the host
+// they must open nothing and raise nobody. An image volume's own mount
+// has those flags; a plain one is on the root's file system, so the root
+// is bind-mounted over itself with them, once (a later run finds the
+// flags and mounts nothing).
+func (m *Manager) sealRoot() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rootSealed {
+		return nil
+	}
+	root := m.cfg.Root
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	if fs.Flags&unix.ST_NODEV == 0 || fs.Flags&unix.ST_NOSUID == 0 {
+		if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("volume: bind-mounting the volume root %s over itself: %w", root, err)
+		}
+		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			_ = unix.Unmount(root, unix.MNT_DETACH)
+			return fmt.Errorf("volume: making the volume root %s nosuid,nodev: %w", root, err)
+		}
+		m.log.Info("volume root mounted nosuid,nodev over itself", "dir", root)
+	}
+	m.rootSealed = true
+	return nil
 }
 
 func (m *Manager) mountLock(id string) *sync.Mutex {

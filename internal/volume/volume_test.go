@@ -97,6 +97,16 @@ func TestCreateGetListDelete(t *testing.T) {
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o777 {
 		t.Errorf("a volume's tree is %v, want 0777", fi.Mode())
 	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil || sfs.Flags&unix.ST_NODEV == 0 || sfs.Flags&unix.ST_NOSUID == 0 {
+		t.Errorf("a plain volume is not on a nosuid,nodev mount: flags %#x %v", sfs.Flags, err)
+	}
+	if _, err := m.HostDir(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if below, _ := mountinfo.Below(root); len(below) != 1 {
+		t.Errorf("the volume root is mounted %d times, want once: %v", len(below), below)
+	}
 
 	// Tokens open their own volume only.
 	if _, err := m.Authenticate(ctx, v.ID, v.Token); err != nil {
