@@ -231,7 +231,7 @@ func TestContentLinksStayInside(t *testing.T) {
 	must(os.Symlink("/proc/self/root"+f.victim, filepath.Join(f.dir, "magic")))
 	must(os.Symlink("/proc/self/fd/0", filepath.Join(f.dir, "fd0")))
 	must(os.Link(f.victim, filepath.Join(f.dir, "hard")))
-	f.victimContent = "host secret\n" // a hard link shares it: must stay
+	f.victimContent = "host secret\n"                                                        // a hard link shares it: must stay
 	must(unix.Mknod(filepath.Join(f.dir, "mem"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 1)))) // /dev/mem
 	must(unix.Mkfifo(filepath.Join(f.dir, "fifo"), 0o666))
 
