@@ -534,7 +534,10 @@ func validateCreate(req CreateRequest) error {
 	for _, v := range req.VolumeMounts {
 		paths = append(paths, v.Path)
 	}
-	return volume.CheckMountPaths(paths) // its errors match ErrInvalid too
+	if err := volume.CheckMountPaths(paths); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
 }
 
 // resolveMounts finds the team's volumes a create names.

@@ -42,6 +42,16 @@ type Tree struct {
 	root *rootpath.Root
 }
 
+// OpenTree opens dir, a volume's tree on the host, for content requests.
+// The Manager's Tree does this for a volume, its file system mounted.
+func OpenTree(dir string) (*Tree, error) {
+	root, err := rootpath.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	return &Tree{root: root}, nil
+}
+
 // Close releases the tree.
 func (t *Tree) Close() error { return t.root.Close() }
 

@@ -3,6 +3,7 @@ package volume
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -231,7 +232,7 @@ func TestContentLinksStayInside(t *testing.T) {
 	must(os.Symlink("/proc/self/root"+f.victim, filepath.Join(f.dir, "magic")))
 	must(os.Symlink("/proc/self/fd/0", filepath.Join(f.dir, "fd0")))
 	must(os.Link(f.victim, filepath.Join(f.dir, "hard")))
-	f.victimContent = "host secret\n"                                                        // a hard link shares it: must stay
+	// The hard link shares the victim's content, which must stay.
 	must(unix.Mknod(filepath.Join(f.dir, "mem"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 1)))) // /dev/mem
 	must(unix.Mkfifo(filepath.Join(f.dir, "fifo"), 0o666))
 
@@ -376,4 +377,28 @@ func containsDotDot(p string) bool {
 		}
 	}
 	return false
+}
+
+// A listing stops at MaxListEntries with a clear error, whatever depth
+// brings them in.
+func TestListIsBounded(t *testing.T) {
+	f := newFixture(t)
+	for i := 0; i < 101; i++ {
+		d := filepath.Join(f.dir, fmt.Sprintf("d%03d", i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 99; j++ {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d", j)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if list, err := f.tree.List("/", 1); err != nil || len(list) != 101 {
+		t.Errorf("depth 1: %d entries, %v", len(list), err)
+	}
+	// 101 directories + 101 × 99 files = 10100 entries at depth 2.
+	if _, err := f.tree.List("/", 2); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "10000") {
+		t.Errorf("10100 entries: %v", err)
+	}
 }

@@ -28,19 +28,19 @@ var (
 // MaxMounts.
 func CheckMountPaths(paths []string) error {
 	if len(paths) > MaxMounts {
-		return fmt.Errorf("%w: %d volume mounts, at most %d", ErrInvalid, len(paths), MaxMounts)
+		return invalidf("%d volume mounts, at most %d", len(paths), MaxMounts)
 	}
 	for i, p := range paths {
 		if err := checkMountPath(p); err != nil {
-			return fmt.Errorf("%w: volume mount #%d: %v", ErrInvalid, i, err)
+			return invalidf("volume mount #%d: %v", i, err)
 		}
 		for j := 0; j < i; j++ {
 			q := paths[j]
 			switch {
 			case p == q:
-				return fmt.Errorf("%w: volume mount #%d: path %q is already used by mount #%d", ErrInvalid, i, p, j)
+				return invalidf("volume mount #%d: path %q is already used by mount #%d", i, p, j)
 			case within(p, q) || within(q, p):
-				return fmt.Errorf("%w: volume mount #%d: path %q and mount #%d's %q are inside one another", ErrInvalid, i, p, j, q)
+				return invalidf("volume mount #%d: path %q and mount #%d's %q are inside one another", i, p, j, q)
 			}
 		}
 	}
@@ -77,3 +77,14 @@ func checkMountPath(p string) error {
 
 // within reports whether p is strictly below dir.
 func within(p, dir string) bool { return strings.HasPrefix(p, dir+"/") }
+
+// invalidError is a request's mistake: it matches ErrInvalid, and its
+// message is the mistake alone (a caller adds its own prefix).
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}

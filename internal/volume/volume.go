@@ -62,7 +62,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/mountinfo"
-	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -472,11 +471,7 @@ func (m *Manager) Tree(v store.Volume) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := rootpath.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("volume: %w", err)
-	}
-	return &Tree{root: root}, nil
+	return OpenTree(dir)
 }
 
 // newToken is a volume's content token: 32 random bytes, hex.

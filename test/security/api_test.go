@@ -198,6 +198,8 @@ type createOpts struct {
 	Private    bool
 	AutoPause  bool
 	AutoResume bool
+	// Volumes mounts team volumes: path → volume name.
+	Volumes map[string]string
 }
 
 // createRequest is the body of POST /sandboxes.
@@ -217,6 +219,13 @@ func (o createOpts) body() map[string]any {
 	}
 	if o.AutoResume {
 		b["autoResume"] = map[string]any{"enabled": true}
+	}
+	if len(o.Volumes) > 0 {
+		var mounts []map[string]string
+		for p, name := range o.Volumes {
+			mounts = append(mounts, map[string]string{"name": name, "path": p})
+		}
+		b["volumeMounts"] = mounts
 	}
 	return b
 }

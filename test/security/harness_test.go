@@ -44,6 +44,9 @@ const (
 	maxUploadMB = 16
 	// pausedRetention is --paused-retention, when the server has the flag.
 	pausedRetention = 8 * time.Second
+	// volumeQuotaMB and maxVolumesPerTeam are --volume-quota and
+	// --max-volumes-per-team, when the server has the flags.
+	volumeQuotaMB, maxVolumesPerTeam = 64, 6
 )
 
 // S is the suite's server and what the tests share. TestMain sets it up.
@@ -291,6 +294,9 @@ func (v *server) start(s *suite, extra []string) error {
 			// Paused sandboxes are reaped soon (the retention case waits).
 			"paused-retention":        pausedRetention.String(),
 			"allow-insecure-registry": fmt.Sprintf("127.0.0.1:%d", s.allowedRegistry),
+			// Small volumes, few per team: cheap to fill and to exhaust.
+			"volume-quota":         strconv.Itoa(volumeQuotaMB),
+			"max-volumes-per-team": strconv.Itoa(maxVolumesPerTeam),
 		} {
 			if v.has(flag) {
 				v.args = append(v.args, "--"+flag, val)
