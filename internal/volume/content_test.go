@@ -64,7 +64,7 @@ func (f fixture) untouched(t *testing.T) {
 	}
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: content requests set owners")
 	}

@@ -18,7 +18,7 @@ import (
 
 // newManager opens a manager over a fresh SQLite store and volume root;
 // whatever it mounted is unmounted when the test ends.
-func newManager(t *testing.T, quotaMB int) (*Manager, store.Store, string) {
+func newManager(t testing.TB, quotaMB int) (*Manager, store.Store, string) {
 	t.Helper()
 	needRoot(t)
 	ctx := context.Background()
@@ -310,3 +310,5 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 }
 
 func unixTime(minutes int) time.Time { return time.Now().Add(time.Duration(minutes) * time.Minute) }
+
+func nowMS() float64 { return float64(time.Now().UnixNano()) / 1e6 }
