@@ -23,6 +23,18 @@ echo "## egress policies through the E2B SDK (sandbox → a test host in its own
 (cd test/e2e && node bench/egress.mjs)
 
 echo
+echo "## team volumes through the E2B SDK (real warren serve, runsc, pool 0)"
+(cd test/e2e && node bench/volumes.mjs)
+
+echo
+echo "## volumes on this node (go test -bench ./internal/volume, root; ms per operation)"
+go test -run '^$' -bench . -benchtime 20x ./internal/volume/ | awk '
+  /^Benchmark/ {
+    name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
+    for (i = 5; i + 1 <= NF; i += 2) printf "| %-36s | %-10s | %10s |\n", name, $(i+1), $i
+  }'
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'

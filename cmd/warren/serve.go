@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/server"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
@@ -80,6 +81,9 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.BuildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
 	fs.IntVar(&f.EgressProxyPort, "egress-proxy-port", 0, "host port of the egress proxy that enforces domain rules (only sandboxes' redirected connections reach it); 0: a free one")
 	fs.StringVar(&f.EgressCAFile, "egress-ca-file", "", "PEM `FILE` of root certificates the egress proxy trusts, beside the system's, when it re-encrypts to a host that has rules")
+	fs.StringVar(&f.VolumeRoot, "volume-root", "", "`DIR` holding team volumes (default DATA-DIR/volumes); several nodes may share one over NFS, with --volume-quota 0")
+	fs.IntVar(&f.VolumeQuotaMB, "volume-quota", volume.DefaultQuotaMB, "size in MB of each new volume's own file system (writes past it fail with ENOSPC); 0: plain directories without a limit")
+	fs.IntVar(&f.MaxVolumesPerTeam, "max-volumes-per-team", volume.DefaultMaxPerTeam, "most volumes of one team (over: 429); 0: no limit")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return server.Run(ctx, f, log)

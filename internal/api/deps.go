@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // Sandboxes is what the API needs of the sandbox manager
@@ -51,7 +52,21 @@ type Templates interface {
 	ListSnapshots(ctx context.Context, teamID, sandboxID, name string, limit int, after *store.Cursor) ([]template.SnapshotRef, error)
 }
 
+// Volumes is what the API needs of the node's team volumes
+// (*volume.Manager).
+type Volumes interface {
+	Create(ctx context.Context, teamID, name string) (store.Volume, error)
+	Get(ctx context.Context, teamID, id string) (store.Volume, error)
+	List(ctx context.Context, teamID string) ([]store.Volume, error)
+	Delete(ctx context.Context, teamID, id string) error
+	// Authenticate returns the volume token opens, if it is volume id's.
+	Authenticate(ctx context.Context, id, token string) (store.Volume, error)
+	// Tree opens a volume's files for the content API.
+	Tree(v store.Volume) (*volume.Tree, error)
+}
+
 var (
 	_ Sandboxes = (*sandbox.Manager)(nil)
 	_ Templates = (*template.Builder)(nil)
+	_ Volumes   = (*volume.Manager)(nil)
 )

@@ -8,7 +8,8 @@ import (
 
 // What one API connection and request may take. Responses of the API are
 // never streamed, so a write timeout applies; the template file upload
-// (a body of up to a gigabyte) gets UploadTimeout instead.
+// (a body of up to a gigabyte) gets UploadTimeout instead, and a volume
+// file read or written through the content API ContentTimeout.
 const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = time.Minute
@@ -16,6 +17,7 @@ const (
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultUploadTimeout     = 30 * time.Minute
+	DefaultContentTimeout    = time.Hour
 )
 
 // Timeouts are an http.Server's limits; zero fields take the defaults.

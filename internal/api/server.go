@@ -68,6 +68,9 @@ type Config struct {
 	Templates Templates
 	// Secrets keeps the teams' secrets; nil: the secret endpoints answer 501.
 	Secrets Secrets
+	// Volumes keeps team volumes and serves their content API; nil: no
+	// volumes (their endpoints answer 404).
+	Volumes Volumes
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
 	// NodeCPUs and NodeMemoryMB are the node's totals: a template asking
@@ -85,6 +88,9 @@ type Config struct {
 	// UploadTimeout bounds a template file upload (the signed PUT), which
 	// the server's read and write timeouts would cut. Default 30 min.
 	UploadTimeout time.Duration
+	// ContentTimeout bounds a volume file's read or write through the
+	// content API (the SDK waits an hour). Default 1 h.
+	ContentTimeout time.Duration
 	// Now is the rate limiters' clock; nil: time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -122,6 +128,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.UploadTimeout <= 0 {
 		cfg.UploadTimeout = DefaultUploadTimeout
+	}
+	if cfg.ContentTimeout <= 0 {
+		cfg.ContentTimeout = DefaultContentTimeout
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger,
 		authFailures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
@@ -184,6 +193,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(&authWatcher{ResponseWriter: w, fail: func() { s.authFailures.Spend(client) }}, r)
 			return
 		}
+		if id, ok := volumeContentID(r); ok {
+			s.authenticateVolume(next, w, r, id, client)
+			return
+		}
 		kind, secret := store.KindAPIKey, r.Header.Get("X-API-Key")
 		if secret == "" {
 			if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
@@ -237,10 +250,11 @@ func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {
 	writeError(w, http.StatusTooManyRequests, msg)
 }
 
-// limitBody caps request bodies at maxBody (413), except the upload's.
+// limitBody caps request bodies at maxBody (413), except the upload's
+// and a volume file's.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isUpload(r) {
+		if !isUpload(r) && !isVolumeFileWrite(r) {
 			if r.ContentLength > maxBody {
 				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBody))
 				return
@@ -314,7 +328,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.resumeFailed(w, r, re)
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, sandbox.ErrTemplateNotFound):
+	case errors.Is(err, sandbox.ErrTemplateNotFound), errors.Is(err, sandbox.ErrVolumeNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, sandbox.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -415,7 +429,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	req.Extra.Network = networkOf(body.Network)
 	if body.VolumeMounts != nil {
 		for _, v := range *body.VolumeMounts {
-			req.Extra.VolumeMounts = append(req.Extra.VolumeMounts, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
+			req.VolumeMounts = append(req.VolumeMounts, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
 		}
 	}
 	if body.Mcp != nil {
@@ -452,7 +466,7 @@ func (s *Server) listedAndExtra(rec store.Sandbox) (gen.ListedSandbox, sandbox.E
 		meta = gen.StringMap{}
 	}
 	mounts := []gen.VolumeMount{}
-	for _, v := range ex.VolumeMounts {
+	for _, v := range rec.VolumeMounts {
 		mounts = append(mounts, gen.VolumeMount{Name: v.Name, Path: v.Path})
 	}
 	return gen.ListedSandbox{

@@ -158,6 +158,12 @@ type CreateRequest struct {
 	// Egress is the sandbox's egress policy, in force before its first
 	// process starts; nil: none (the node's rules only).
 	Egress *Egress
+	// Mounts are bind mounts into the sandbox (team volumes): each
+	// Source a host directory, each Destination a clean absolute path
+	// that the caller checked (internal/volume.CheckMountPaths). Their
+	// mount points are made in the root filesystem as directories, never
+	// through a link there.
+	Mounts []runtime.Mount
 }
 
 // Instance is a running sandbox's resources on this node: its slot, root
@@ -237,7 +243,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 	}
 	inst.LogPath = inst.Rootfs.LogPath()
 	if writeRoot {
-		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
+		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID, req.Mounts); err != nil {
 			return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 		}
 	}
@@ -264,6 +270,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 		LogPath:     inst.LogPath,
 		CPUCount:    req.CPUCount,
 		MemoryMB:    req.MemoryMB,
+		Mounts:      req.Mounts,
 	}, nil
 }
 
@@ -273,7 +280,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 // have made /etc/hosts a link to any host path), so every path is
 // resolved inside it (rootpath) and links at these names are replaced by
 // regular files in the sandbox's own writable layer, never followed.
-func (n *Node) writeRootFiles(dir, id string) error {
+func (n *Node) writeRootFiles(dir, id string, mounts []runtime.Mount) error {
 	root, err := rootpath.Open(dir)
 	if err != nil {
 		return err
@@ -295,6 +302,14 @@ func (n *Node) writeRootFiles(dir, id string) error {
 	for _, m := range mountpoints {
 		if err := root.EnsureFile(m, 0o644); err != nil {
 			return fmt.Errorf("preparing the mount point %s: %w", m, err)
+		}
+	}
+	// A volume's mount point must be the directory its path names: a
+	// template's link there (say /data -> /proc) would put the volume
+	// over whatever the link leads to.
+	for _, m := range mounts {
+		if err := root.MkdirAllNoLinks(m.Destination, 0o755); err != nil {
+			return fmt.Errorf("preparing the mount point %s: %w", m.Destination, err)
 		}
 	}
 	return n.installTrustCA(root)

@@ -281,3 +281,69 @@ func TestReadFile(t *testing.T) {
 		t.Error("a FIFO was read")
 	}
 }
+
+func TestOpenAndParentStayInside(t *testing.T) {
+	tr := newTree(t)
+	r := tr.open(t)
+	if err := os.Symlink(tr.outside, filepath.Join(tr.root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../outside/victim", filepath.Join(tr.root, "etc", "rel")); err != nil {
+		t.Fatal(err)
+	}
+	// A link's target, absolute or relative, is resolved inside the root.
+	for _, name := range []string{"/out/victim", "etc/rel", "../../outside/victim"} {
+		if f, err := r.Open(name, unix.O_RDONLY, 0); err == nil {
+			f.Close()
+			t.Errorf("Open(%q) reached a file", name)
+		}
+	}
+	// The link leads to the root's own (missing) copy of the outside
+	// path: nothing is created, outside or in.
+	if f, err := r.Open("/out/new", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600); !errors.Is(err, unix.ENOENT) {
+		if f != nil {
+			f.Close()
+		}
+		t.Errorf("creating through a link to the outside: %v", err)
+	}
+	f, err := r.Open("/etc/new", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dir, base, err := r.Parent("/etc/rel")
+	if err != nil || base != "rel" {
+		t.Fatalf("Parent = %q %v", base, err)
+	}
+	defer dir.Close()
+	if err := unix.Unlinkat(int(dir.Fd()), base, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Parent("/"); err == nil {
+		t.Error("the root has a parent")
+	}
+	tr.untouched(t)
+}
+
+func TestMkdirAllNoLinks(t *testing.T) {
+	tr := newTree(t)
+	r := tr.open(t)
+	if err := r.MkdirAllNoLinks("/data/a/b", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(tr.root, "data", "a", "b")); err != nil || !fi.IsDir() {
+		t.Errorf("not made: %v", err)
+	}
+	if err := r.MkdirAllNoLinks("/data/a", 0o755); err != nil {
+		t.Errorf("an existing directory: %v", err)
+	}
+	os.Symlink(tr.outside, filepath.Join(tr.root, "link"))
+	os.Symlink("/etc", filepath.Join(tr.root, "etc", "inner"))
+	os.WriteFile(filepath.Join(tr.root, "file"), nil, 0o644)
+	for _, name := range []string{"/link", "/link/x", "/etc/inner/x", "/file", "/file/x"} {
+		if err := r.MkdirAllNoLinks(name, 0o755); err == nil {
+			t.Errorf("MkdirAllNoLinks(%q) went through a link or a file", name)
+		}
+	}
+	tr.untouched(t)
+}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // CreateRequest is what a new sandbox needs.
@@ -30,7 +33,9 @@ type CreateRequest struct {
 	Secure          bool
 	// AllowInternetAccess is nil when the request did not say.
 	AllowInternetAccess *bool
-	Extra               Extra
+	// VolumeMounts mount team volumes, by name, into the sandbox.
+	VolumeMounts []VolumeMount
+	Extra        Extra
 }
 
 // imageInfo is what a sandbox's root filesystem and envd were made from,
@@ -66,7 +71,7 @@ func parseImage(rec store.Sandbox) (imageInfo, error) {
 // node makes it from: every sandbox that exists already (resumed, forked,
 // created from a snapshot) is made from its record alone, so that
 // whatever a record carries reaches the node the same way on every path.
-func (m *Manager) nodeRequest(rec store.Sandbox) (node.CreateRequest, error) {
+func (m *Manager) nodeRequest(ctx context.Context, rec store.Sandbox) (node.CreateRequest, error) {
 	img, err := parseImage(rec)
 	if err != nil {
 		return node.CreateRequest{}, err
@@ -79,10 +84,24 @@ func (m *Manager) nodeRequest(rec store.Sandbox) (node.CreateRequest, error) {
 	if err != nil {
 		return node.CreateRequest{}, err
 	}
-	return node.CreateRequest{
+	req := node.CreateRequest{
 		ID: rec.ID, Layers: layers, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
 		AccessToken: rec.EnvdAccessToken, User: img.User, Workdir: img.Workdir, Egress: eg,
-	}, nil
+	}
+	for _, vm := range rec.VolumeMounts {
+		if m.cfg.Volumes == nil {
+			return node.CreateRequest{}, fmt.Errorf("sandbox: %s mounts volumes, and this server keeps none", rec.ID)
+		}
+		dir, err := m.cfg.Volumes.HostDir(ctx, vm.VolumeID)
+		if errors.Is(err, volume.ErrNotFound) {
+			return node.CreateRequest{}, fmt.Errorf("%w: volume %q (%s) is gone", ErrVolumeNotFound, vm.Name, vm.VolumeID)
+		}
+		if err != nil {
+			return node.CreateRequest{}, fmt.Errorf("sandbox: volume %s of %s: %w", vm.VolumeID, rec.ID, err)
+		}
+		req.Mounts = append(req.Mounts, runtime.Mount{Source: dir, Destination: vm.Path})
+	}
+	return req, nil
 }
 
 // Create starts a sandbox, from the template's warm pool when it has one
@@ -115,6 +134,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 // layers, or restored from its snapshot (a build's, a sandbox's or a
 // fork's).
 func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
+	mounts, err := m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	tmpl := resolved.Image
 	snapshotDir := ""
 	if tmpl.Snapshot != "" {
@@ -159,13 +182,16 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory == nil || *req.AutoPauseMemory,
 		AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
-		Image: imageOf(tmpl).String(),
+		Image:        imageOf(tmpl).String(),
+		VolumeMounts: mounts,
 	}
 
 	var inst *node.Instance
 	var token string // envd's token until /init replaces it
 	var w *warm
-	if snapshotDir == "" {
+	// Warm sandboxes started without mounts, and a running sandbox gets
+	// none added: a create with volumes starts cold.
+	if snapshotDir == "" && len(mounts) == 0 {
 		w = m.claimWarm(tmpl)
 	}
 	if w != nil {
@@ -183,6 +209,10 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		if inst != nil {
 			m.discard(inst)
 		}
+		if errors.Is(err, store.ErrNotFound) {
+			// A volume it mounts was deleted since it was resolved.
+			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrVolumeNotFound, err)
+		}
 		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
 	fail := func(err error) (store.Sandbox, error) {
@@ -193,7 +223,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		return store.Sandbox{}, err
 	}
 	if inst == nil {
-		nreq, err := m.nodeRequest(rec)
+		nreq, err := m.nodeRequest(ctx, rec)
 		if err != nil {
 			return fail(err)
 		}

@@ -268,7 +268,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (stor
 			m.unreserve(l.teamID, res)
 		}
 	}()
-	nreq, err := m.nodeRequest(rec)
+	nreq, err := m.nodeRequest(ctx, rec)
 	if err != nil {
 		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: "reading its record", Err: err}
 	}

@@ -79,6 +79,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // Errors, matched with errors.Is; the API maps them to statuses.
@@ -89,6 +90,7 @@ var (
 	ErrNoCapacity       = errors.New("no capacity")
 	ErrTeamLimit        = errors.New("team sandbox limit reached")
 	ErrConflict         = errors.New("sandbox is changing state")
+	ErrVolumeNotFound   = errors.New("volume not found")
 )
 
 // Resources are a sandbox's limits.
@@ -159,8 +161,21 @@ type Config struct {
 	// never dial (it resolves into a range the node refuses sandboxes).
 	CheckEgressProxy func(ctx context.Context, address string) error
 	// Audit is the egress audit log NetworkLogs reads; nil: none.
-	Audit  *egress.Audit
-	Logger *slog.Logger
+	Audit *egress.Audit
+	// Volumes finds the team volumes sandboxes mount (*volume.Manager);
+	// nil: creates with volume mounts are refused.
+	Volumes Volumes
+	Logger  *slog.Logger
+}
+
+// Volumes is what the manager needs of the node's team volumes.
+type Volumes interface {
+	// Resolve finds a team's volume by name (an error matching
+	// volume.ErrNotFound if it has none).
+	Resolve(ctx context.Context, teamID, name string) (store.Volume, error)
+	// HostDir is where a volume's files are on this node, ready to be
+	// bind-mounted.
+	HostDir(ctx context.Context, volumeID string) (string, error)
 }
 
 // Template is what a create's templateID resolved to.
@@ -350,10 +365,45 @@ func validateCreate(req CreateRequest) error {
 	if req.Timeout < 0 {
 		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
 	}
-	if len(req.Extra.VolumeMounts) > 0 {
-		return fmt.Errorf("%w: volume mounts are not supported yet", ErrInvalid)
+	paths := make([]string, 0, len(req.VolumeMounts))
+	for _, v := range req.VolumeMounts {
+		paths = append(paths, v.Path)
+	}
+	if err := volume.CheckMountPaths(paths); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// resolveMounts finds the team's volumes a create names.
+func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []VolumeMount) ([]store.VolumeMount, error) {
+	if len(mounts) == 0 {
+		return nil, nil
+	}
+	if m.cfg.Volumes == nil {
+		return nil, fmt.Errorf("%w: this server keeps no volumes", ErrInvalid)
+	}
+	out := make([]store.VolumeMount, 0, len(mounts))
+	for _, vm := range mounts {
+		v, err := m.cfg.Volumes.Resolve(ctx, teamID, vm.Name)
+		if errors.Is(err, volume.ErrNotFound) {
+			return nil, fmt.Errorf("%w: the team has no volume named %q", ErrVolumeNotFound, vm.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.VolumeMount{VolumeID: v.ID, Name: v.Name, Path: vm.Path})
+	}
+	return out, nil
+}
+
+// volumeMounts are the mounts a record names, as a create asks for them.
+func volumeMounts(rec store.Sandbox) []VolumeMount {
+	var out []VolumeMount
+	for _, vm := range rec.VolumeMounts {
+		out = append(out, VolumeMount{Name: vm.Name, Path: vm.Path})
+	}
+	return out
 }
 
 // reserve counts a sandbox of res about to be created against the limits.
@@ -625,9 +675,8 @@ func newToken() string {
 
 // Extra is what a sandbox record keeps as JSON besides its columns.
 type Extra struct {
-	Network      *Network      `json:"network,omitempty"`
-	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
-	MCP          any           `json:"mcp,omitempty"`
+	Network *Network `json:"network,omitempty"`
+	MCP     any      `json:"mcp,omitempty"`
 }
 
 // Network is a sandbox's network configuration as the API gives it.
@@ -640,7 +689,7 @@ type Network struct {
 	EgressProxy        *EgressProxy             `json:"egressProxy,omitempty"`
 }
 
-// VolumeMount mounts a team volume into a sandbox.
+// VolumeMount mounts a team volume, by name, at Path in a sandbox.
 type VolumeMount struct {
 	Name string `json:"name"`
 	Path string `json:"path"`

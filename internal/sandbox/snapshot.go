@@ -148,5 +148,6 @@ func childRequest(parent store.Sandbox, timeout time.Duration) CreateRequest {
 		Metadata: parent.Metadata, EnvVars: parent.EnvVars, AutoPause: parent.AutoPause,
 		AutoPauseMemory: &autoPauseMemory, AutoResume: parent.AutoResume, Secure: true,
 		AllowInternetAccess: parent.AllowInternetAccess, Extra: ParseExtra(parent.Extra),
+		VolumeMounts: volumeMounts(parent),
 	}
 }

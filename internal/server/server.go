@@ -38,6 +38,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // Config is `warren serve`'s flags (see cmd/warren for their defaults and
@@ -70,6 +71,10 @@ type Config struct {
 	// trusts, beside the system's, when it re-encrypts to a host that has
 	// rules (an internal service's CA).
 	EgressCAFile string
+	// VolumeRoot holds team volumes (default DATA/volumes); VolumeQuotaMB
+	// sizes new ones (0: no quota); MaxVolumesPerTeam bounds a team's.
+	VolumeRoot                       string
+	VolumeQuotaMB, MaxVolumesPerTeam int
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -180,10 +185,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	dataDir := cfg.DataDir
 	freeMB := func() (int64, error) { return hostres.FreeMB(dataDir) }
+	vols, err := openVolumes(cfg, st, log)
+	if err != nil {
+		return err
+	}
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
-		Resolve:  builder.SandboxTemplate,
+		Resolve: builder.SandboxTemplate, Volumes: vols,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
@@ -213,7 +222,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go eg.sweep(ctx, st, log)
 
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
+		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
@@ -264,8 +273,10 @@ func printExports(out io.Writer, cfg Config, apiAddr, proxyAddr net.Addr, creds 
 	if creds != nil {
 		key = creds.APIKey
 	}
-	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n",
-		apiAddr, proxyAddr, cfg.Domain, key)
+	// The volume content API is served by the API, where the SDK does
+	// not look for it by itself (it would ask https://api.DOMAIN).
+	fmt.Fprintf(out, "\nUse it from the E2B SDK (in another shell):\n  export E2B_API_URL=http://%s\n  export E2B_SANDBOX_URL=http://%s\n  export E2B_VOLUME_API_URL=http://%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n",
+		apiAddr, proxyAddr, apiAddr, cfg.Domain, key)
 	if certs != nil && certs.CAFile() != "" {
 		// Node reads it once, at start: set it before the SDK's process starts.
 		fmt.Fprintf(out, "  export NODE_EXTRA_CA_CERTS=%s\n", certs.CAFile())
@@ -310,6 +321,20 @@ func tlsAddrs(lns []net.Listener) string {
 		s = append(s, ln.Addr().String())
 	}
 	return strings.Join(s, ",")
+}
+
+// openVolumes opens the team volumes under --volume-root (default
+// DATA/volumes).
+func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager, error) {
+	root := cfg.VolumeRoot
+	if root == "" {
+		root = filepath.Join(cfg.DataDir, "volumes")
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	return volume.Open(volume.Config{Root: root, QuotaMB: cfg.VolumeQuotaMB, MaxPerTeam: cfg.MaxVolumesPerTeam, Store: st, Logger: log})
 }
 
 // openImages opens the image store, whose pulls stop at the disk reserve,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -27,5 +28,20 @@ func TestServeRefusesRuncFirst(t *testing.T) {
 	err := Run(t.Context(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "--insecure-runtime") {
 		t.Fatalf("serve --runtime runc: %v", err)
+	}
+}
+
+// The exports name the volume content API too: the SDK would look for it
+// at https://api.DOMAIN, and Warren serves it on the API's address.
+func TestExportsNameTheVolumeAPI(t *testing.T) {
+	var out strings.Builder
+	api := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 3000}
+	proxy := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 3002}
+	printExports(&out, Config{DataDir: "/d", Domain: "localhost"}, api, proxy, nil, nil, nil)
+	for _, want := range []string{"export E2B_API_URL=http://127.0.0.1:3000\n", "export E2B_SANDBOX_URL=http://127.0.0.1:3002\n",
+		"export E2B_VOLUME_API_URL=http://127.0.0.1:3000\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the exports lack %q:\n%s", want, out.String())
+		}
 	}
 }

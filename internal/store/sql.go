@@ -257,7 +257,7 @@ func (s *SQL) DeleteKey(ctx context.Context, id string) error {
 const sandboxColumns = "id, team_id, template_id, alias, state, started_at, end_at, cpu_count, memory_mb, disk_size_mb, " +
 	"envd_version, envd_access_token, traffic_access_token, metadata, env_vars, allow_internet_access, " +
 	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at, paused_at, " +
-	"image, auto_pause_memory, rootfs_dir, checkpoint"
+	"image, auto_pause_memory, rootfs_dir, checkpoint, volume_mounts"
 
 func sandboxArgs(sb *Sandbox) ([]any, error) {
 	meta, err := json.Marshal(orEmpty(sb.Metadata))
@@ -265,6 +265,10 @@ func sandboxArgs(sb *Sandbox) ([]any, error) {
 		return nil, err
 	}
 	envs, err := json.Marshal(orEmpty(sb.EnvVars))
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := json.Marshal(orNone(sb.VolumeMounts))
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +280,14 @@ func sandboxArgs(sb *Sandbox) ([]any, error) {
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken, sb.TrafficAccessToken,
 		string(meta), string(envs), inet, b2i(sb.AutoPause), b2i(sb.AutoResume), b2i(sb.Secure),
 		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt), ms(sb.PausedAt),
-		sb.Image, b2i(sb.AutoPauseMemory), sb.RootfsDir, sb.Checkpoint}, nil
+		sb.Image, b2i(sb.AutoPauseMemory), sb.RootfsDir, sb.Checkpoint, string(mounts)}, nil
+}
+
+func orNone(m []VolumeMount) []VolumeMount {
+	if m == nil {
+		return []VolumeMount{}
+	}
+	return m
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -288,14 +299,14 @@ func orEmpty(m map[string]string) map[string]string {
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
-	var state, meta, envs string
+	var state, meta, envs, mounts string
 	var started, end, updated, paused int64
 	var inet sql.NullInt64
 	var autoPause, autoResume, secure, autoPauseMemory int
 	err := row.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &started, &end,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &sb.EnvdVersion, &sb.EnvdAccessToken, &sb.TrafficAccessToken,
 		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated, &paused,
-		&sb.Image, &autoPauseMemory, &sb.RootfsDir, &sb.Checkpoint)
+		&sb.Image, &autoPauseMemory, &sb.RootfsDir, &sb.Checkpoint, &mounts)
 	if err != nil {
 		return sb, err
 	}
@@ -312,6 +323,12 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	if err := json.Unmarshal([]byte(envs), &sb.EnvVars); err != nil {
 		return sb, fmt.Errorf("store: sandbox %s env vars: %w", sb.ID, err)
 	}
+	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
+		return sb, fmt.Errorf("store: sandbox %s volume mounts: %w", sb.ID, err)
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
+	}
 	return sb, nil
 }
 
@@ -324,11 +341,40 @@ func (s *SQL) CreateSandbox(ctx context.Context, sb Sandbox) error {
 		return err
 	}
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
-	_, err = s.db.ExecContext(ctx, s.q("INSERT INTO sandboxes ("+sandboxColumns+") VALUES ("+marks+")"), args...)
+	insert := s.q("INSERT INTO sandboxes (" + sandboxColumns + ") VALUES (" + marks + ")")
+	if len(sb.VolumeMounts) == 0 {
+		_, err = s.db.ExecContext(ctx, insert, args...)
+	} else {
+		err = s.insertMounting(ctx, sb, insert, args)
+	}
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: sandbox %s: %w", sb.ID, ErrConflict)
 	}
 	return err
+}
+
+// insertMounting inserts a sandbox that mounts volumes, in one
+// transaction with the check that each volume is its team's: the
+// volumes' rows are share-locked (PostgreSQL; SQLite's write
+// transactions are exclusive), so a concurrent DeleteVolume either sees
+// this sandbox or deletes the volume before the check, which then fails.
+func (s *SQL) insertMounting(ctx context.Context, sb Sandbox, insert string, args []any) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, m := range sb.VolumeMounts {
+		var id string
+		err := tx.QueryRowContext(ctx, s.q("SELECT id FROM volumes WHERE id = ? AND team_id = ?"+s.forShare()), m.VolumeID, sb.TeamID).Scan(&id)
+		if err != nil {
+			return notFound("volume", m.VolumeID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func (s *SQL) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
@@ -366,6 +412,14 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 func (s *SQL) forUpdate() string {
 	if s.d == postgresDialect {
 		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// forShare share-locks the rows a transaction relies on (PostgreSQL).
+func (s *SQL) forShare() string {
+	if s.d == postgresDialect {
+		return " FOR SHARE"
 	}
 	return ""
 }

@@ -1,6 +1,6 @@
 // Package store persists Warren's control-plane state: teams, their API
-// keys and access tokens, sandboxes, and templates with their builds,
-// build logs and tags.
+// keys and access tokens, sandboxes, templates with their builds, build
+// logs and tags, and team volumes.
 //
 // One implementation serves both databases through database/sql: SQLite
 // (modernc.org/sqlite, pure Go, WAL) is the embedded default of a single
@@ -139,6 +139,10 @@ type Sandbox struct {
 	// it was paused without). Both are "" while it runs.
 	RootfsDir  string
 	Checkpoint string
+	// VolumeMounts are the team volumes the sandbox mounts. CreateSandbox
+	// checks that each exists in the sandbox's team; they are meant to
+	// stay as created (a volume is not deleted while they name it).
+	VolumeMounts []VolumeMount
 }
 
 // SandboxFilter selects sandboxes for ListSandboxes.
@@ -194,6 +198,7 @@ type Store interface {
 
 	TemplateStore
 	SecretStore
+	VolumeStore
 
 	Close() error
 }

@@ -200,6 +200,8 @@ type createOpts struct {
 	AutoResume bool
 	// Body holds more fields of the create body (replacing the above's).
 	Body map[string]any
+	// Volumes mounts team volumes: path → volume name.
+	Volumes map[string]string
 }
 
 // createRequest is the body of POST /sandboxes.
@@ -219,6 +221,13 @@ func (o createOpts) body() map[string]any {
 	}
 	if o.AutoResume {
 		b["autoResume"] = map[string]any{"enabled": true}
+	}
+	if len(o.Volumes) > 0 {
+		var mounts []map[string]string
+		for p, name := range o.Volumes {
+			mounts = append(mounts, map[string]string{"name": name, "path": p})
+		}
+		b["volumeMounts"] = mounts
 	}
 	for k, v := range o.Body {
 		b[k] = v

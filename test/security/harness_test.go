@@ -47,6 +47,9 @@ const (
 	pausedRetention = 8 * time.Second
 	// tlsHost is the loopback address of the HTTPS proxy.
 	tlsHost = "127.0.0.8"
+	// volumeQuotaMB and maxVolumesPerTeam are --volume-quota and
+	// --max-volumes-per-team, when the server has the flags.
+	volumeQuotaMB, maxVolumesPerTeam = 64, 6
 )
 
 // S is the suite's server and what the tests share. TestMain sets it up.
@@ -299,6 +302,9 @@ func (v *server) start(s *suite, extra []string) error {
 			// Paused sandboxes are reaped soon (the retention case waits).
 			"paused-retention":        pausedRetention.String(),
 			"allow-insecure-registry": fmt.Sprintf("127.0.0.1:%d", s.allowedRegistry),
+			// Small volumes, few per team: cheap to fill and to exhaust.
+			"volume-quota":         strconv.Itoa(volumeQuotaMB),
+			"max-volumes-per-team": strconv.Itoa(maxVolumesPerTeam),
 		} {
 			if v.has(flag) {
 				v.args = append(v.args, "--"+flag, val)

@@ -18,6 +18,7 @@ import (
 const (
 	AccessTokenAuthScopes = "AccessTokenAuth.Scopes"
 	ApiKeyAuthScopes      = "ApiKeyAuth.Scopes"
+	VolumeTokenAuthScopes = "VolumeTokenAuth.Scopes"
 )
 
 // Defines values for SandboxLifecycleOnTimeout.
@@ -39,6 +40,14 @@ const (
 	TemplateBuildStatusReady    TemplateBuildStatus = "ready"
 	TemplateBuildStatusUploaded TemplateBuildStatus = "uploaded"
 	TemplateBuildStatusWaiting  TemplateBuildStatus = "waiting"
+)
+
+// Defines values for VolumeEntryStatType.
+const (
+	Directory VolumeEntryStatType = "directory"
+	File      VolumeEntryStatType = "file"
+	Symlink   VolumeEntryStatType = "symlink"
+	Unknown   VolumeEntryStatType = "unknown"
 )
 
 // Defines values for ListSandboxesV2ParamsOrder.
@@ -184,6 +193,12 @@ type NewSecret struct {
 type NewSnapshot struct {
 	// Name name or name:tag (a namespace/ before it is accepted and dropped).
 	Name *string `json:"name,omitempty"`
+}
+
+// NewVolume defines model for NewVolume.
+type NewVolume struct {
+	// Name Letters, digits, "_" and "-", 1 to 250 of them; unique in the team.
+	Name string `json:"name"`
 }
 
 // PauseSandbox defines model for PauseSandbox.
@@ -506,6 +521,54 @@ type TemplateWithBuilds struct {
 	UpdatedAt     time.Time       `json:"updatedAt"`
 }
 
+// Volume defines model for Volume.
+type Volume struct {
+	Name     string `json:"name"`
+	VolumeID string `json:"volumeID"`
+}
+
+// VolumeAndToken defines model for VolumeAndToken.
+type VolumeAndToken struct {
+	// Domain Never set by Warren (the SDK then uses its own domain or E2B_VOLUME_API_URL).
+	Domain *string `json:"domain"`
+	Name   string  `json:"name"`
+
+	// Token Authorization Bearer token of the volume content API, for this volume only.
+	Token    string `json:"token"`
+	VolumeID string `json:"volumeID"`
+}
+
+// VolumeEntryStat defines model for VolumeEntryStat.
+type VolumeEntryStat struct {
+	Atime time.Time `json:"atime"`
+	Ctime time.Time `json:"ctime"`
+	Gid   uint32    `json:"gid"`
+
+	// Mode permission bits
+	Mode  uint32    `json:"mode"`
+	Mtime time.Time `json:"mtime"`
+	Name  string    `json:"name"`
+	Path  string    `json:"path"`
+	Size  int64     `json:"size"`
+
+	// Target a symbolic link's target
+	Target *string `json:"target,omitempty"`
+
+	// Type For a symbolic link, the type of what it points to (unknown if nothing).
+	Type VolumeEntryStatType `json:"type"`
+	Uid  uint32              `json:"uid"`
+}
+
+// VolumeEntryStatType For a symbolic link, the type of what it points to (unknown if nothing).
+type VolumeEntryStatType string
+
+// VolumeMetadataUpdate defines model for VolumeMetadataUpdate.
+type VolumeMetadataUpdate struct {
+	Gid  *uint32 `json:"gid,omitempty"`
+	Mode *uint32 `json:"mode,omitempty"`
+	Uid  *uint32 `json:"uid,omitempty"`
+}
+
 // VolumeMount defines model for VolumeMount.
 type VolumeMount struct {
 	Name string `json:"name"`
@@ -523,6 +586,21 @@ type SandboxID = string
 
 // TemplateID defines model for templateID.
 type TemplateID = string
+
+// VolumeGID defines model for volumeGID.
+type VolumeGID = uint32
+
+// VolumeID defines model for volumeID.
+type VolumeID = string
+
+// VolumeMode defines model for volumeMode.
+type VolumeMode = uint32
+
+// VolumePath defines model for volumePath.
+type VolumePath = string
+
+// VolumeUID defines model for volumeUID.
+type VolumeUID = uint32
 
 // ListSandboxesParams defines parameters for ListSandboxes.
 type ListSandboxesParams struct {
@@ -625,6 +703,75 @@ type GetSandboxLogsV2ParamsDirection string
 // GetSandboxLogsV2ParamsSource defines parameters for GetSandboxLogsV2.
 type GetSandboxLogsV2ParamsSource string
 
+// ListVolumeDirParams defines parameters for ListVolumeDir.
+type ListVolumeDirParams struct {
+	// Depth Levels listed below the directory, 1 to 10 (0 means 1).
+	Depth *uint32 `form:"depth,omitempty" json:"depth,omitempty"`
+
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// MakeVolumeDirParams defines parameters for MakeVolumeDir.
+type MakeVolumeDirParams struct {
+	// Uid Owner of what is created (default 9090).
+	Uid *VolumeUID `form:"uid,omitempty" json:"uid,omitempty"`
+
+	// Gid Group of what is created (default 9090).
+	Gid *VolumeGID `form:"gid,omitempty" json:"gid,omitempty"`
+
+	// Mode Permission bits, decimal (e.g. 493 for 0755), at most 0o1777.
+	Mode *VolumeMode `form:"mode,omitempty" json:"mode,omitempty"`
+
+	// Force Create missing parents too (mode 0777, the given owner), and accept an existing directory.
+	Force *bool `form:"force,omitempty" json:"force,omitempty"`
+
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// ReadVolumeFileParams defines parameters for ReadVolumeFile.
+type ReadVolumeFileParams struct {
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// WriteVolumeFileParams defines parameters for WriteVolumeFile.
+type WriteVolumeFileParams struct {
+	// Uid Owner of what is created (default 9090).
+	Uid *VolumeUID `form:"uid,omitempty" json:"uid,omitempty"`
+
+	// Gid Group of what is created (default 9090).
+	Gid *VolumeGID `form:"gid,omitempty" json:"gid,omitempty"`
+
+	// Mode Permission bits, decimal (e.g. 493 for 0755), at most 0o1777.
+	Mode *VolumeMode `form:"mode,omitempty" json:"mode,omitempty"`
+
+	// Force Replace an existing file, and create missing parent directories.
+	Force *bool `form:"force,omitempty" json:"force,omitempty"`
+
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// RemoveVolumePathParams defines parameters for RemoveVolumePath.
+type RemoveVolumePathParams struct {
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// StatVolumePathParams defines parameters for StatVolumePath.
+type StatVolumePathParams struct {
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
+// UpdateVolumePathParams defines parameters for UpdateVolumePath.
+type UpdateVolumePathParams struct {
+	// Path A path in the volume ("/" or "" is its root; relative paths start there). ".." is refused.
+	Path VolumePath `form:"path" json:"path"`
+}
+
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = NewSandbox
 
@@ -678,6 +825,12 @@ type StartTemplateBuildV2JSONRequestBody = TemplateBuildStartV2
 
 // CreateTemplateV3JSONRequestBody defines body for CreateTemplateV3 for application/json ContentType.
 type CreateTemplateV3JSONRequestBody = TemplateBuildRequestV3
+
+// UpdateVolumePathJSONRequestBody defines body for UpdateVolumePath for application/json ContentType.
+type UpdateVolumePathJSONRequestBody = VolumeMetadataUpdate
+
+// CreateVolumeJSONRequestBody defines body for CreateVolume for application/json ContentType.
+type CreateVolumeJSONRequestBody = NewVolume
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -792,6 +945,39 @@ type ServerInterface interface {
 
 	// (POST /v3/templates)
 	CreateTemplateV3(w http.ResponseWriter, r *http.Request)
+
+	// (GET /volumecontent/{volumeID}/dir)
+	ListVolumeDir(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params ListVolumeDirParams)
+
+	// (POST /volumecontent/{volumeID}/dir)
+	MakeVolumeDir(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params MakeVolumeDirParams)
+
+	// (GET /volumecontent/{volumeID}/file)
+	ReadVolumeFile(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params ReadVolumeFileParams)
+
+	// (PUT /volumecontent/{volumeID}/file)
+	WriteVolumeFile(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params WriteVolumeFileParams)
+
+	// (DELETE /volumecontent/{volumeID}/path)
+	RemoveVolumePath(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params RemoveVolumePathParams)
+
+	// (GET /volumecontent/{volumeID}/path)
+	StatVolumePath(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params StatVolumePathParams)
+
+	// (PATCH /volumecontent/{volumeID}/path)
+	UpdateVolumePath(w http.ResponseWriter, r *http.Request, volumeID VolumeID, params UpdateVolumePathParams)
+
+	// (GET /volumes)
+	ListVolumes(w http.ResponseWriter, r *http.Request)
+
+	// (POST /volumes)
+	CreateVolume(w http.ResponseWriter, r *http.Request)
+
+	// (DELETE /volumes/{volumeID})
+	DeleteVolume(w http.ResponseWriter, r *http.Request, volumeID VolumeID)
+
+	// (GET /volumes/{volumeID})
+	GetVolume(w http.ResponseWriter, r *http.Request, volumeID VolumeID)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -2140,6 +2326,523 @@ func (siw *ServerInterfaceWrapper) CreateTemplateV3(w http.ResponseWriter, r *ht
 	handler.ServeHTTP(w, r)
 }
 
+// ListVolumeDir operation middleware
+func (siw *ServerInterfaceWrapper) ListVolumeDir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListVolumeDirParams
+
+	// ------------- Optional query parameter "depth" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "depth", r.URL.Query(), &params.Depth)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "depth", Err: err})
+		return
+	}
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListVolumeDir(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// MakeVolumeDir operation middleware
+func (siw *ServerInterfaceWrapper) MakeVolumeDir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params MakeVolumeDirParams
+
+	// ------------- Optional query parameter "uid" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "uid", r.URL.Query(), &params.Uid)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "uid", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "gid" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "gid", r.URL.Query(), &params.Gid)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "gid", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "mode" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "mode", r.URL.Query(), &params.Mode)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "force" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "force", r.URL.Query(), &params.Force)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "force", Err: err})
+		return
+	}
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.MakeVolumeDir(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReadVolumeFile operation middleware
+func (siw *ServerInterfaceWrapper) ReadVolumeFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReadVolumeFileParams
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReadVolumeFile(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WriteVolumeFile operation middleware
+func (siw *ServerInterfaceWrapper) WriteVolumeFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WriteVolumeFileParams
+
+	// ------------- Optional query parameter "uid" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "uid", r.URL.Query(), &params.Uid)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "uid", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "gid" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "gid", r.URL.Query(), &params.Gid)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "gid", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "mode" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "mode", r.URL.Query(), &params.Mode)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "force" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "force", r.URL.Query(), &params.Force)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "force", Err: err})
+		return
+	}
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WriteVolumeFile(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RemoveVolumePath operation middleware
+func (siw *ServerInterfaceWrapper) RemoveVolumePath(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RemoveVolumePathParams
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RemoveVolumePath(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StatVolumePath operation middleware
+func (siw *ServerInterfaceWrapper) StatVolumePath(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params StatVolumePathParams
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StatVolumePath(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateVolumePath operation middleware
+func (siw *ServerInterfaceWrapper) UpdateVolumePath(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, VolumeTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpdateVolumePathParams
+
+	// ------------- Required query parameter "path" -------------
+
+	if paramValue := r.URL.Query().Get("path"); paramValue != "" {
+
+	} else {
+		siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		return
+	}
+
+	err = runtime.BindQueryParameter("form", true, true, "path", r.URL.Query(), &params.Path)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateVolumePath(w, r, volumeID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListVolumes operation middleware
+func (siw *ServerInterfaceWrapper) ListVolumes(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListVolumes(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateVolume operation middleware
+func (siw *ServerInterfaceWrapper) CreateVolume(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateVolume(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteVolume operation middleware
+func (siw *ServerInterfaceWrapper) DeleteVolume(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteVolume(w, r, volumeID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetVolume operation middleware
+func (siw *ServerInterfaceWrapper) GetVolume(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "volumeID" -------------
+	var volumeID VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volumeID", r.PathValue("volumeID"), &volumeID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "volumeID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetVolume(w, r, volumeID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -2297,6 +3000,17 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v2/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogsV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/templates/{templateID}/builds/{buildID}", wrapper.StartTemplateBuildV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v3/templates", wrapper.CreateTemplateV3)
+	m.HandleFunc("GET "+options.BaseURL+"/volumecontent/{volumeID}/dir", wrapper.ListVolumeDir)
+	m.HandleFunc("POST "+options.BaseURL+"/volumecontent/{volumeID}/dir", wrapper.MakeVolumeDir)
+	m.HandleFunc("GET "+options.BaseURL+"/volumecontent/{volumeID}/file", wrapper.ReadVolumeFile)
+	m.HandleFunc("PUT "+options.BaseURL+"/volumecontent/{volumeID}/file", wrapper.WriteVolumeFile)
+	m.HandleFunc("DELETE "+options.BaseURL+"/volumecontent/{volumeID}/path", wrapper.RemoveVolumePath)
+	m.HandleFunc("GET "+options.BaseURL+"/volumecontent/{volumeID}/path", wrapper.StatVolumePath)
+	m.HandleFunc("PATCH "+options.BaseURL+"/volumecontent/{volumeID}/path", wrapper.UpdateVolumePath)
+	m.HandleFunc("GET "+options.BaseURL+"/volumes", wrapper.ListVolumes)
+	m.HandleFunc("POST "+options.BaseURL+"/volumes", wrapper.CreateVolume)
+	m.HandleFunc("DELETE "+options.BaseURL+"/volumes/{volumeID}", wrapper.DeleteVolume)
+	m.HandleFunc("GET "+options.BaseURL+"/volumes/{volumeID}", wrapper.GetVolume)
 
 	return m
 }

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import net from 'node:net'
@@ -128,7 +128,10 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
         await gone
         clearTimeout(timer)
       }
-      if (removeDataDir) rmSync(dataDir, { recursive: true, force: true })
+      if (removeDataDir) {
+        unmountBelow(dataDir)
+        rmSync(dataDir, { recursive: true, force: true })
+      }
     },
   }
 }
@@ -141,4 +144,16 @@ export async function killAll(w) {
   for (const sb of await res.json()) {
     await fetch(`${w.apiUrl}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers })
   }
+}
+
+// unmountBelow unmounts what the server left mounted below dir (team
+// volumes' file systems stay mounted when it stops, for its next start),
+// deepest first, so that the directory can be removed.
+export function unmountBelow(dir) {
+  const unescape = (p) => p.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8)))
+  const points = readFileSync('/proc/self/mountinfo', 'utf8').split('\n')
+    .map((l) => unescape(l.split(' ')[4] || ''))
+    .filter((m) => m === dir || m.startsWith(dir + '/'))
+    .sort((a, b) => b.length - a.length)
+  for (const m of points) spawnSync('umount', ['-l', m])
 }

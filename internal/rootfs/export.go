@@ -1,0 +1,20 @@
+package rootfs
+
+import "os"
+
+// What other packages keeping ext4 images on loop devices use of this
+// one's (internal/volume: a volume with a quota is such an image).
+
+// CopySparse creates dst (it must not exist) as a copy of src with holes
+// where src has them, and returns it open for reading and writing.
+func CopySparse(src, dst string) (*os.File, error) { return copySparse(src, dst) }
+
+// AttachLoop binds a free loop device to f with autoclear set, and
+// returns the device; close it once the file system on it is mounted.
+func AttachLoop(f *os.File) (*os.File, error) { return attachLoop(f) }
+
+// ShutDownDisk makes the ext4 file system on a loop device mounted at
+// dir drop its dirty data instead of writing it back, before the caller
+// unmounts it and deletes its image. It does nothing unless dir is such a
+// mount.
+func ShutDownDisk(dir string) { shutDownDisk(dir) }

@@ -1,0 +1,182 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/rootfs"
+)
+
+// diskFormat names the mkfs options of formatDisk; change it with them so
+// that templates formatted the old way are not reused.
+const diskFormat = "v1"
+
+// makeDisk puts a fresh ext4 image of sizeMB at dir/disk.img and mounts
+// it at dir/fs.
+func (m *Manager) makeDisk(ctx context.Context, dir string, sizeMB int) error {
+	tmpl, err := m.diskTemplate(ctx, sizeMB)
+	if err != nil {
+		return err
+	}
+	f, err := rootfs.CopySparse(tmpl, filepath.Join(dir, "disk.img"))
+	if err != nil {
+		return fmt.Errorf("volume: copying the disk image: %w", err)
+	}
+	f.Close()
+	if err := os.Mkdir(filepath.Join(dir, "fs"), 0o700); err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	return mountDisk(dir)
+}
+
+// diskTemplate returns a formatted, empty, sparse ext4 image of sizeMB in
+// .disks/, formatting it the first time a size is asked for. Concurrent
+// first calls may both format; each renames a whole image into place.
+func (m *Manager) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
+	p := filepath.Join(m.cfg.Root, disksDir, fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*.img")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	err = f.Truncate(int64(sizeMB) << 20)
+	f.Close()
+	if err == nil {
+		err = formatDisk(ctx, tmp)
+	}
+	if err == nil {
+		err = digHoles(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return p, nil
+}
+
+// formatDisk makes an ext4 file system on img for a volume. Unlike a
+// sandbox's disk it keeps its journal (a volume outlives crashes) and
+// remounts read-only on errors rather than carry on writing; no reserved
+// blocks (the volume gets all of its size); lazy inode tables (only
+// metadata that is used gets written). The journal is zeroed here, once
+// per size (digHoles then makes the zeros holes again, so that every copy
+// stays sparse and still reads them as zeros).
+func formatDisk(ctx context.Context, img string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-e", "remount-ro",
+		"-E", "lazy_itable_init=1,lazy_journal_init=0,nodiscard", img)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("volume: mkfs.ext4: %v: %s", err, out)
+	}
+	return nil
+}
+
+// digHoles punches out every all-zero block of img's data: reads of a
+// hole give zeros, so the file system is the same, and copies of it cost
+// only the blocks that hold something.
+func digHoles(img string) error {
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	const block = 64 << 10
+	buf := make([]byte, block)
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	for off := int64(0); off < fi.Size(); off += block {
+		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return err
+		}
+		off = data - data%block
+		n, err := f.ReadAt(buf, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if n > 0 && allZero(buf[:n]) {
+			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, int64(n)); err != nil {
+				return fmt.Errorf("volume: punching a hole: %w", err)
+			}
+		}
+	}
+	return f.Sync()
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mountDisk mounts dir/disk.img at dir/fs unless a file system is
+// mounted there already (a previous run's, or another request's).
+func mountDisk(dir string) error {
+	fs := filepath.Join(dir, "fs")
+	if mounted, err := isMountPoint(fs); err != nil || mounted {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "disk.img"), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	defer f.Close()
+	loop, err := rootfs.AttachLoop(f)
+	if err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	defer loop.Close()
+	// nosuid, nodev: the host never runs nor opens a device in a tenant's
+	// tree (the sandboxes' bind mounts say the same for them).
+	// noinit_itable: the kernel would otherwise zero the unused inode
+	// tables in the background, un-sparsing every image.
+	if err := unix.Mount(loop.Name(), fs, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("volume: mounting %s: %w", loop.Name(), err)
+	}
+	return nil
+}
+
+// isMountPoint tells whether a file system other than its parent's is
+// mounted at dir.
+func isMountPoint(dir string) (bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, fmt.Errorf("volume: %w", err)
+	}
+	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
+		return false, fmt.Errorf("volume: %w", err)
+	}
+	return st.Dev != parent.Dev, nil
+}
+
+// shutDownDisk drops a deleted volume's dirty data instead of writing it
+// back (internal/rootfs's guard: only an ext4 on a loop device mounted
+// at dir).
+func shutDownDisk(dir string) { rootfs.ShutDownDisk(dir) }
