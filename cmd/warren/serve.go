@@ -78,7 +78,9 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.MaxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
 	fs.Var((*registryList)(&f.InsecureRegistries), "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
 	fs.IntVar(&f.BuildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
+	var level slog.Level
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "least severe log level written: debug, info, warn or error (debug adds each create's step durations)")
 	fs.Parse(args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return server.Run(ctx, f, log)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // Rootfs is a sandbox's mounted root filesystem.
@@ -156,9 +157,11 @@ func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Instance, err 
 	if err := n.cfg.Runtime.Start(context.WithoutCancel(ctx), spec); err != nil {
 		return nil, fmt.Errorf("node: starting sandbox %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("runtime-start")
 	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
+	steptrace.From(ctx).Mark("envd-health")
 	return inst, nil
 }
 
@@ -176,13 +179,16 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest) (_ *Instance, _ r
 	if inst.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: network for %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("slot")
 	if inst.Rootfs, err = n.cfg.Rootfs.Mount(ctx, req.ID, req.Layers, req.DiskSizeMB); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("rootfs-mount")
 	inst.LogPath = inst.Rootfs.LogPath()
 	if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("root-files")
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port)}
 	if req.User != "" {
 		args = append(args, "--user", req.User)
@@ -346,9 +352,11 @@ func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) 
 	if err := n.cfg.Runtime.Restore(context.WithoutCancel(ctx), spec, imageDir); err != nil { // as in Create
 		return nil, fmt.Errorf("node: restoring sandbox %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("runtime-restore")
 	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
+	steptrace.From(ctx).Mark("envd-health")
 	return inst, nil
 }
 

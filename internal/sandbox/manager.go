@@ -66,6 +66,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -381,6 +382,9 @@ type CreateRequest struct {
 // Create starts a sandbox, from the template's warm pool when it has one
 // ready, and returns its record.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	// The steps' durations go to the debug log (make bench reads them).
+	tr := steptrace.New()
+	ctx = steptrace.With(ctx, tr)
 	if err := validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -420,6 +424,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
 	}
 
+	tr.Mark("admit")
 	var inst *node.Instance
 	var token string // envd's token until /init replaces it
 	if w := m.claimWarm(tmpl); w != nil {
@@ -433,6 +438,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if inst != nil {
 		rec.ID = inst.ID
 	}
+	tr.Mark("claim")
 	// The record comes first: a crash from here on leaves a "creating"
 	// record that tells the next start what to remove.
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
@@ -441,6 +447,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
+	warmed := inst != nil
+	tr.Mark("store-create")
 	fail := func(err error) (store.Sandbox, error) {
 		if inst != nil {
 			m.discard(inst)
@@ -474,6 +482,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := initEnvd(ctx, l, token, rec, tmpl); err != nil {
 		return fail(err)
 	}
+	tr.Mark("envd-init")
 	started := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
 		s.State = store.StateRunning
@@ -491,6 +500,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	m.starting.add(res, -1)
 	m.mu.Unlock()
 	reserved = false // the team count now belongs to the live sandbox
+	tr.Mark("store-update")
+	m.log.Debug("sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
 	return rec, nil
 }
 
