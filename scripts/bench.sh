@@ -11,6 +11,18 @@ echo "## the platform through the E2B SDK (real warren serve, loopback)"
 (cd test/e2e && node bench/platform.mjs)
 
 echo
+echo "## performance baseline: create and command, end to end and step by step (docs/performance.md; SDK, real warren serve, runsc)"
+(cd test/e2e && node bench/steps.mjs)
+echo
+echo "### node.Create and a command straight to envd, step by step (go test -bench ./internal/node, root; ms)"
+bin/warren setup >/dev/null
+go test -run '^$' -bench 'CreateSteps|CommandSteps' -benchtime 30x -timeout 10m ./internal/node/ | scripts/bench-steps.awk
+
+echo
+echo "## density: idle sandboxes on this node (SDK, real warren serve, runsc; DENSITY_MAX=${DENSITY_MAX:-40})"
+(cd test/e2e && node bench/density.mjs)
+
+echo
 echo "## templates through the E2B SDK (builds and the sandboxes they start; real warren serve, pool 0)"
 (cd test/e2e && node bench/templates.mjs)
 
@@ -51,7 +63,7 @@ go test -run '^$' -bench 'CopyDisk' -benchtime 3x ./internal/rootfs/ | grep '^Be
 echo
 echo "## sandboxes on this node (go test -bench ./internal/node, root; medians and p99 in ms)"
 bin/warren setup >/dev/null
-go test -run '^$' -bench . -benchtime 20x -timeout 30m ./internal/node/ | awk '
+go test -run '^$' -bench 'CreateToHealthy|PauseResume|CheckpointRestore' -benchtime 20x -timeout 30m ./internal/node/ | awk '
   /^Benchmark/ {
     name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
     for (i = 5; i + 1 <= NF; i += 2) printf "| %-36s | %-22s | %10s |\n", name, $(i+1), $i

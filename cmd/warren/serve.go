@@ -84,7 +84,9 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.VolumeRoot, "volume-root", "", "`DIR` holding team volumes (default DATA-DIR/volumes); several nodes may share one over NFS, with --volume-quota 0")
 	fs.IntVar(&f.VolumeQuotaMB, "volume-quota", volume.DefaultQuotaMB, "size in MB of each new volume's own file system (writes past it fail with ENOSPC); 0: plain directories without a limit")
 	fs.IntVar(&f.MaxVolumesPerTeam, "max-volumes-per-team", volume.DefaultMaxPerTeam, "most volumes of one team (over: 429); 0: no limit")
+	var level slog.Level
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "least severe log level written: debug, info, warn or error (debug adds each create's step durations)")
 	fs.Parse(args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return server.Run(ctx, f, log)
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/rootpath"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // Rootfs is a sandbox's mounted root filesystem.
@@ -203,9 +204,11 @@ func (n *Node) Create(ctx context.Context, req CreateRequest) (_ *Instance, err 
 	if err := n.cfg.Runtime.Start(context.WithoutCancel(ctx), spec); err != nil {
 		return nil, fmt.Errorf("node: starting sandbox %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("runtime-start")
 	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
+	steptrace.From(ctx).Mark("envd-health")
 	return inst, nil
 }
 
@@ -238,9 +241,11 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 	if inst.Slot, err = n.cfg.Network.Acquire(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: network for %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("slot")
 	if inst.Rootfs, err = mount(ctx); err != nil {
 		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("rootfs-mount")
 	inst.LogPath = inst.Rootfs.LogPath()
 	if writeRoot {
 		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID, req.Mounts); err != nil {
@@ -252,6 +257,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 			return nil, runtime.Spec{}, err
 		}
 	}
+	steptrace.From(ctx).Mark("root-files")
 	args := []string{"--addr", fmt.Sprintf("0.0.0.0:%d", envdinfo.Port)}
 	if req.User != "" {
 		args = append(args, "--user", req.User)
@@ -444,9 +450,11 @@ func (n *Node) Restore(ctx context.Context, req CreateRequest, imageDir string) 
 	if err := n.cfg.Runtime.Restore(context.WithoutCancel(ctx), spec, imageDir); err != nil { // as in Create
 		return nil, fmt.Errorf("node: restoring sandbox %s: %w", req.ID, err)
 	}
+	steptrace.From(ctx).Mark("runtime-restore")
 	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, err
 	}
+	steptrace.From(ctx).Mark("envd-health")
 	return inst, nil
 }
 

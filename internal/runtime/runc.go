@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // Runc is the runc backend: namespaces and cgroups on the host kernel,
@@ -99,6 +101,7 @@ func (r *Runc) Start(ctx context.Context, spec Spec) error {
 		return fmt.Errorf("runc start %s: %w", spec.ID, err)
 	}
 	defer logf.Close()
+	steptrace.From(ctx).Mark("runtime-bundle")
 	// No terminal and --detach: runc hands its own stdio to envd, so
 	// envd's output lands in envd.log and nothing ties envd to us.
 	args := append(r.global(spec.ID), "run", "--detach", "--bundle", r.sandboxDir(spec.ID), spec.ID)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // Runsc is the gVisor backend. Each sandbox is one gVisor sandbox: a
@@ -161,6 +163,7 @@ func (r *Runsc) boot(ctx context.Context, spec Spec, cmd string, extra ...string
 		return fmt.Errorf("runsc %s %s: %w", cmd, spec.ID, err)
 	}
 	defer logf.Close()
+	steptrace.From(ctx).Mark("runtime-bundle")
 	args := append(r.global(spec.ID), cmd, "--detach", "--bundle", r.sandboxDir(spec.ID))
 	args = append(append(args, extra...), rid(spec.ID))
 	if _, err := r.cli.run(ctx, spec.ID, call{args: args, stdio: logf, errLog: r.errLog(spec.ID)}); err != nil {

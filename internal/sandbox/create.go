@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/volume"
 )
@@ -107,6 +108,8 @@ func (m *Manager) nodeRequest(ctx context.Context, rec store.Sandbox) (node.Crea
 // Create starts a sandbox, from the template's warm pool when it has one
 // ready, and returns its record.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	// The steps' durations go to the debug log (make bench reads them).
+	ctx = steptrace.With(ctx, steptrace.New())
 	if err := m.validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -186,6 +189,8 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		VolumeMounts: mounts,
 	}
 
+	tr := steptrace.From(ctx) // nil (no marks) for a fork's children
+	tr.Mark("admit")
 	var inst *node.Instance
 	var token string // envd's token until /init replaces it
 	var w *warm
@@ -203,6 +208,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		rec.ID = NewID()
 		token = rec.EnvdAccessToken
 	}
+	tr.Mark("claim")
 	// The record comes first: a crash from here on leaves a "creating"
 	// record that tells the next start what to remove.
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
@@ -215,6 +221,8 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		}
 		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
+	warmed := inst != nil
+	tr.Mark("store-create")
 	fail := func(err error) (store.Sandbox, error) {
 		if inst != nil {
 			m.discard(inst)
@@ -251,6 +259,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	if err := initEnvd(ctx, inst, l.transport, token, rec, m.withTrust(tmpl.Envs)); err != nil {
 		return fail(err)
 	}
+	tr.Mark("envd-init")
 	started := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
 		s.State = store.StateRunning
@@ -268,6 +277,10 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	m.starting.add(res, -1)
 	m.mu.Unlock()
 	reserved = false // the team count now belongs to the live sandbox
+	tr.Mark("store-update")
+	if tr != nil {
+		m.log.Debug("sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
+	}
 	return rec, nil
 }
 

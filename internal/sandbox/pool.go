@@ -8,6 +8,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // pool keeps a template's warm sandboxes. Only its filler goroutine
@@ -143,6 +144,8 @@ func (p *pool) start(ctx context.Context) (*warm, error) {
 	}
 	token := newToken()
 	r := m.cfg.Resources
+	tr := steptrace.New()
+	ctx = steptrace.With(ctx, tr)
 	inst, err := m.cfg.Node.Create(ctx, node.CreateRequest{
 		ID: NewID(), Layers: layers, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB, DiskSizeMB: r.DiskSizeMB,
 		AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
@@ -154,6 +157,8 @@ func (p *pool) start(ctx context.Context) (*warm, error) {
 		m.discard(inst)
 		return nil, err
 	}
+	tr.Mark("warm-up")
+	m.log.Debug("warm sandbox ready", "sandbox", inst.ID, "template", p.templateID, "steps", tr.String())
 	return &warm{inst: inst, token: token, layers: tmpl.Layers}, nil
 }
 
