@@ -78,6 +78,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.MaxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")
 	fs.Var((*registryList)(&f.InsecureRegistries), "allow-insecure-registry", "HOST[:PORT] of a registry template builds may pull from over plain HTTP or at a loopback, private or link-local address (repeatable; the --registry-mirror is allowed too)")
 	fs.IntVar(&f.BuildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", "", "`HOST:PORT` where Prometheus metrics are served at /metrics, on a listener of their own (default: not served)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return server.Run(ctx, f, log)

@@ -135,7 +135,9 @@ type Config struct {
 	// Resolve finds the template a create names (an ID, a name, a
 	// name:tag...). Default: the image store's template of that ID.
 	Resolve func(ctx context.Context, teamID, ref string) (Template, error)
-	Logger  *slog.Logger
+	// Observer, if set, is told of every create, pause and resume.
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Template is what a create's templateID resolved to.
@@ -380,7 +382,8 @@ type CreateRequest struct {
 
 // Create starts a sandbox, from the template's warm pool when it has one
 // ready, and returns its record.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, err error) {
+	defer m.observe(OpCreate, time.Now(), &err)
 	if err := validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -798,7 +801,8 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string) (bool, error) {
 	return m.pause(ctx, l)
 }
 
-func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
+func (m *Manager) pause(ctx context.Context, l *live) (_ bool, err error) {
+	defer m.observe(OpPause, time.Now(), &err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	paused, err := m.pausedNow(l)
@@ -827,7 +831,8 @@ func (m *Manager) pause(ctx context.Context, l *live) (bool, error) {
 // resume thaws a paused sandbox; it reports whether it was paused. Like
 // every transition, it is recorded before the runtime acts, and undone in
 // the record if the runtime fails.
-func (m *Manager) resume(ctx context.Context, l *live) (bool, error) {
+func (m *Manager) resume(ctx context.Context, l *live) (_ bool, err error) {
+	defer m.observe(OpResume, time.Now(), &err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	paused, err := m.pausedNow(l)
