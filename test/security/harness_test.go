@@ -229,6 +229,8 @@ type server struct {
 	prefix, cidr, runDir, cgroupParent string
 	// tlsAddr is the HTTPS proxy's address, when the build has it.
 	tlsAddr string
+	// metricsAddr is --metrics-addr, when the build has it (issue 17).
+	metricsAddr string
 }
 
 // serveFlags lists the flags `warren serve` has, from its -h output.
@@ -310,6 +312,14 @@ func (v *server) start(s *suite, extra []string) error {
 			}
 			v.tlsAddr = fmt.Sprintf("%s:%d", tlsHost, port)
 			v.args = append(v.args, "--proxy-tls-addr", v.tlsAddr)
+		}
+		if v.has("metrics-addr") {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			v.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+			v.args = append(v.args, "--metrics-addr", v.metricsAddr)
 		}
 		v.args = append(v.args, extra...)
 	}
