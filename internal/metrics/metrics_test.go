@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/metrics/metricstest"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -349,5 +350,35 @@ func TestLabelNamesBounded(t *testing.T) {
 	}
 	if where, found := f.Contains("sbx-secret-id"); found {
 		t.Errorf("a sandbox ID reached a label: %s", where)
+	}
+}
+
+// The names follow Prometheus' conventions (promlint: units, _total on
+// counters only, help texts).
+func TestNamesPassPromlint(t *testing.T) {
+	m := metrics.New()
+	if err := m.WatchNode(&fakeNode{s: metrics.NodeStats{Warm: map[string]int{"base": 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	m.Observe("create", time.Second, metrics.OutcomeOK)
+	m.BuildFinished(time.Second, metrics.OutcomeOK)
+	m.Store(brokenStore{}).ListTeams(context.Background())
+	h := m.Proxy(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "warren_") {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
+	}
+	if n := len(mfs); n < 20 {
+		t.Errorf("only %d metric families gathered", n)
 	}
 }
