@@ -86,6 +86,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.MaxVolumesPerTeam, "max-volumes-per-team", volume.DefaultMaxPerTeam, "most volumes of one team (over: 429); 0: no limit")
 	var level slog.Level
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "least severe log level written: debug, info, warn or error (debug adds each create's step durations)")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", "", "`HOST:PORT` where Prometheus metrics are served at /metrics, on a listener of their own (default: not served)")
 	fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return server.Run(ctx, f, log)

@@ -107,7 +107,8 @@ func (m *Manager) nodeRequest(ctx context.Context, rec store.Sandbox) (node.Crea
 
 // Create starts a sandbox, from the template's warm pool when it has one
 // ready, and returns its record.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, err error) {
+	defer m.observe(OpCreate, time.Now(), &err)
 	// The steps' durations go to the debug log (make bench reads them).
 	ctx = steptrace.With(ctx, steptrace.New())
 	if err := m.validateCreate(req); err != nil {

@@ -120,7 +120,8 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string, keepMemory bool)
 // the release (the runtime's state and cgroup, the root filesystem's
 // mounts, the slot: some 50 ms) goes on in the background, still holding
 // l.mu, so that nothing else acts on the sandbox before it is done.
-func (m *Manager) pause(ctx context.Context, l *live, keepMemory bool) (bool, error) {
+func (m *Manager) pause(ctx context.Context, l *live, keepMemory bool) (_ bool, err error) {
+	defer m.observe(OpPause, time.Now(), &err)
 	l.mu.Lock()
 	paused, release, err := m.pauseLocked(ctx, l, keepMemory)
 	if release == nil {
@@ -242,7 +243,8 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 // acts; a failed resume puts the record back (paused, files and checkpoint
 // kept) and returns a *ResumeError. A resume starts a new term: the
 // sandbox expires opts.Timeout from now, whenever its old term ended.
-func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (store.Sandbox, bool, error) {
+func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ store.Sandbox, _ bool, err error) {
+	defer m.observe(OpResume, time.Now(), &err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	paused, err := m.pausedNow(l)

@@ -165,7 +165,9 @@ type Config struct {
 	// Volumes finds the team volumes sandboxes mount (*volume.Manager);
 	// nil: creates with volume mounts are refused.
 	Volumes Volumes
-	Logger  *slog.Logger
+	// Observer, if set, is told of every create, pause and resume.
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Volumes is what the manager needs of the node's team volumes.

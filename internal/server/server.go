@@ -27,6 +27,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/ingress"
+	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -75,6 +76,9 @@ type Config struct {
 	// sizes new ones (0: no quota); MaxVolumesPerTeam bounds a team's.
 	VolumeRoot                       string
 	VolumeQuotaMB, MaxVolumesPerTeam int
+	// MetricsAddr is where Prometheus metrics are served (/metrics), on
+	// a listener of their own; empty: not served.
+	MetricsAddr string
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -114,6 +118,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			ln.Close()
 		}
 	}()
+	metricsLn, err := listenMetrics(cfg)
+	if err != nil {
+		return err
+	}
+	if metricsLn != nil {
+		defer metricsLn.Close()
+	}
+	// Always collected (cheap); served only with --metrics-addr.
+	met := metrics.New()
 
 	// Before anything on the host is touched: another live server's
 	// names and range are never ours to clean up.
@@ -136,6 +149,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	st = met.Store(st)
 	creds, err := auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
 	if err != nil {
 		return err
@@ -175,6 +189,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
+		Observer: met,
 	})
 	if err != nil {
 		return err
@@ -197,11 +212,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
+		Observer: met,
 	})
 	if err != nil {
 		return err
 	}
 	builder.UseSandboxes(mgr) // sandbox snapshots are templates
+	if err := met.WatchNode(mgr); err != nil {
+		return err
+	}
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
@@ -226,7 +245,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
-	proxyHandler := proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log})
+	proxyHandler := met.Proxy(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
 	proxySrv := proxy.NewHTTPServer(proxyHandler)
 	var tlsSrv *http.Server
 	var certs *ingress.Certs
@@ -237,14 +256,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		tlsSrv = proxy.NewHTTPServer(proxyHandler)
 		tlsSrv.TLSConfig = certs.TLSConfig()
 	}
-	errc := make(chan error, 2+len(tlsLns))
+	errc := make(chan error, 3+len(tlsLns))
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- proxySrv.Serve(proxyLn) }()
 	for _, ln := range tlsLns {
 		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
 	}
+	metricsSrv := met.NewHTTPServer()
+	metricsURL := ""
+	if metricsLn != nil {
+		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+		metricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
+	}
 	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
-		"proxy_tls", tlsAddrs(tlsLns), "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+		"proxy_tls", tlsAddrs(tlsLns), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
 	printExports(out, cfg, apiLn.Addr(), proxyLn.Addr(), creds, tlsLns, certs)
 	select {
 	case <-ctx.Done():
@@ -254,6 +279,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(sctx)
+	_ = metricsSrv.Close()
 	// Sandbox streams (a command's output) may be open for hours: don't wait.
 	_ = proxySrv.Close()
 	if tlsSrv != nil {
@@ -313,6 +339,24 @@ func listenTLS(cfg Config) ([]net.Listener, error) {
 		lns = append(lns, ln)
 	}
 	return lns, nil
+}
+
+// listenMetrics listens on --metrics-addr, if set: never the API's or
+// the proxy's address, whose clients are tenants.
+func listenMetrics(cfg Config) (net.Listener, error) {
+	if cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	for _, a := range append([]string{cfg.APIAddr, cfg.ProxyAddr}, cfg.ProxyTLSAddrs...) {
+		if a == cfg.MetricsAddr {
+			return nil, fmt.Errorf("--metrics-addr %s: metrics get a listener of their own, not the API's or the proxy's", cfg.MetricsAddr)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	return ln, nil
 }
 
 func tlsAddrs(lns []net.Listener) string {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"os"
 	"strings"
 	"testing"
 )
@@ -43,5 +44,38 @@ func TestExportsNameTheVolumeAPI(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the exports lack %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// Metrics never share the API's or the proxy's listener, whose clients
+// are tenants: serve refuses before it opens anything else.
+func TestMetricsAddrIsAListenerOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ api, proxy, tls, metrics string }{
+		{"127.0.0.1:0", "127.0.0.2:0", "", "127.0.0.1:0"},
+		{"127.0.0.1:0", "127.0.0.2:0", "", "127.0.0.2:0"},
+		{"127.0.0.1:0", "127.0.0.2:0", "127.0.0.3:0", "127.0.0.3:0"},
+	} {
+		cfg := Config{Runtime: "runsc", DataDir: dir, APIAddr: c.api, ProxyAddr: c.proxy, MetricsAddr: c.metrics}
+		if c.tls != "" {
+			cfg.ProxyTLSAddrs = []string{c.tls}
+		}
+		err := Run(t.Context(), cfg, nil)
+		if err == nil || !strings.Contains(err.Error(), "--metrics-addr") || !strings.Contains(err.Error(), "own") {
+			t.Errorf("serve with --metrics-addr %s (api %s, proxy %s, tls %q): %v", c.metrics, c.api, c.proxy, c.tls, err)
+		}
+	}
+	// A taken port is a clear error too.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = Run(t.Context(), Config{Runtime: "runsc", DataDir: dir, APIAddr: "127.0.0.1:0", ProxyAddr: "127.0.0.1:0", MetricsAddr: ln.Addr().String()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+		t.Errorf("serve with a taken --metrics-addr: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("serve wrote %d entries in the data dir before refusing", len(entries))
 	}
 }

@@ -113,7 +113,9 @@ type Config struct {
 	// ENOSPC inside the sandbox and the data dir is safe. Default
 	// DefaultBuildDiskMB.
 	BuildDiskMB int
-	Logger      *slog.Logger
+	// Observer, if set, is told of every build's end.
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Builder keeps templates and runs their builds. Its methods are safe for

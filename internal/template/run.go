@@ -118,7 +118,9 @@ func failAt(step string, err error) error { return &failure{step, err} }
 func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template, rec buildRecord) {
 	lg := newBuildLog(b.cfg.Store, bd.ID)
 	bg := context.WithoutCancel(ctx)
+	begin := time.Now()
 	finish := func(err error) {
+		defer b.observeBuild(ctx, begin, err)
 		now := time.Now()
 		var f *failure
 		step := ""

@@ -235,6 +235,8 @@ type server struct {
 	// egressPort is the egress proxy's host port (issue 14), when the
 	// build has it.
 	egressPort int
+	// metricsAddr is --metrics-addr, when the build has it (issue 17).
+	metricsAddr string
 }
 
 // serveFlags lists the flags `warren serve` has, from its -h output.
@@ -325,6 +327,14 @@ func (v *server) start(s *suite, extra []string) error {
 				return err
 			}
 			v.args = append(v.args, "--egress-proxy-port", strconv.Itoa(v.egressPort))
+		}
+		if v.has("metrics-addr") {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			v.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+			v.args = append(v.args, "--metrics-addr", v.metricsAddr)
 		}
 		v.args = append(v.args, extra...)
 	}

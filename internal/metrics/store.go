@@ -1,0 +1,172 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Store wraps st so that every call of a store method is timed
+// (warren_store_operation_duration_seconds) and its failures counted
+// (warren_store_errors_total), by method name. It wraps the interface,
+// not the SQL: the time is what callers wait, transactions and retries
+// included.
+//
+// A method added to store.Store later still works through the embedded
+// interface, untimed, until it gets its line here; TestStoreTimesEveryMethod
+// says which.
+func (m *Metrics) Store(st store.Store) store.Store {
+	return &timedStore{Store: st, m: m}
+}
+
+type timedStore struct {
+	store.Store
+	m *Metrics
+}
+
+// observe records a call of op that started at start and returned *err
+// (also when it panicked). Not found and conflict are answers, not
+// failures of the store.
+func (ts *timedStore) observe(op string, start time.Time, err *error) {
+	ts.m.storeTime.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if *err != nil && !errors.Is(*err, store.ErrNotFound) && !errors.Is(*err, store.ErrConflict) {
+		ts.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func timed[T any](ts *timedStore, op string, call func() (T, error)) (_ T, err error) {
+	defer ts.observe(op, time.Now(), &err)
+	return call()
+}
+
+func timed0(ts *timedStore, op string, call func() error) (err error) {
+	defer ts.observe(op, time.Now(), &err)
+	return call()
+}
+
+// Unwrap is the store it wraps.
+func (ts *timedStore) Unwrap() store.Store { return ts.Store }
+
+func (ts *timedStore) CreateTeam(ctx context.Context, t store.Team) error {
+	return timed0(ts, "CreateTeam", func() error { return ts.Store.CreateTeam(ctx, t) })
+}
+
+func (ts *timedStore) GetTeam(ctx context.Context, id string) (store.Team, error) {
+	return timed(ts, "GetTeam", func() (store.Team, error) { return ts.Store.GetTeam(ctx, id) })
+}
+
+func (ts *timedStore) ListTeams(ctx context.Context) ([]store.Team, error) {
+	return timed(ts, "ListTeams", func() ([]store.Team, error) { return ts.Store.ListTeams(ctx) })
+}
+
+func (ts *timedStore) CreateKey(ctx context.Context, k store.Key) error {
+	return timed0(ts, "CreateKey", func() error { return ts.Store.CreateKey(ctx, k) })
+}
+
+func (ts *timedStore) KeyByHash(ctx context.Context, kind store.KeyKind, hash string) (store.Key, error) {
+	return timed(ts, "KeyByHash", func() (store.Key, error) { return ts.Store.KeyByHash(ctx, kind, hash) })
+}
+
+func (ts *timedStore) ListKeys(ctx context.Context, teamID string) ([]store.Key, error) {
+	return timed(ts, "ListKeys", func() ([]store.Key, error) { return ts.Store.ListKeys(ctx, teamID) })
+}
+
+func (ts *timedStore) DeleteKey(ctx context.Context, id string) error {
+	return timed0(ts, "DeleteKey", func() error { return ts.Store.DeleteKey(ctx, id) })
+}
+
+func (ts *timedStore) CreateSandbox(ctx context.Context, s store.Sandbox) error {
+	return timed0(ts, "CreateSandbox", func() error { return ts.Store.CreateSandbox(ctx, s) })
+}
+
+func (ts *timedStore) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	return timed(ts, "GetSandbox", func() (store.Sandbox, error) { return ts.Store.GetSandbox(ctx, id) })
+}
+
+func (ts *timedStore) UpdateSandbox(ctx context.Context, id string, update func(*store.Sandbox) error) (store.Sandbox, error) {
+	return timed(ts, "UpdateSandbox", func() (store.Sandbox, error) { return ts.Store.UpdateSandbox(ctx, id, update) })
+}
+
+func (ts *timedStore) DeleteSandbox(ctx context.Context, id string) error {
+	return timed0(ts, "DeleteSandbox", func() error { return ts.Store.DeleteSandbox(ctx, id) })
+}
+
+func (ts *timedStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, error) {
+	return timed(ts, "ListSandboxes", func() ([]store.Sandbox, error) { return ts.Store.ListSandboxes(ctx, f) })
+}
+
+func (ts *timedStore) ExpiredSandboxes(ctx context.Context, now time.Time) ([]store.Sandbox, error) {
+	return timed(ts, "ExpiredSandboxes", func() ([]store.Sandbox, error) { return ts.Store.ExpiredSandboxes(ctx, now) })
+}
+
+func (ts *timedStore) CreateTemplate(ctx context.Context, t store.Template) error {
+	return timed0(ts, "CreateTemplate", func() error { return ts.Store.CreateTemplate(ctx, t) })
+}
+
+func (ts *timedStore) GetTemplate(ctx context.Context, id string) (store.Template, error) {
+	return timed(ts, "GetTemplate", func() (store.Template, error) { return ts.Store.GetTemplate(ctx, id) })
+}
+
+func (ts *timedStore) TemplateByName(ctx context.Context, name string) (store.Template, error) {
+	return timed(ts, "TemplateByName", func() (store.Template, error) { return ts.Store.TemplateByName(ctx, name) })
+}
+
+func (ts *timedStore) ListTemplates(ctx context.Context, teamID string) ([]store.Template, error) {
+	return timed(ts, "ListTemplates", func() ([]store.Template, error) { return ts.Store.ListTemplates(ctx, teamID) })
+}
+
+func (ts *timedStore) UpdateTemplate(ctx context.Context, id string, update func(*store.Template) error) (store.Template, error) {
+	return timed(ts, "UpdateTemplate", func() (store.Template, error) { return ts.Store.UpdateTemplate(ctx, id, update) })
+}
+
+func (ts *timedStore) DeleteTemplate(ctx context.Context, id string) error {
+	return timed0(ts, "DeleteTemplate", func() error { return ts.Store.DeleteTemplate(ctx, id) })
+}
+
+func (ts *timedStore) CreateBuild(ctx context.Context, b store.Build) error {
+	return timed0(ts, "CreateBuild", func() error { return ts.Store.CreateBuild(ctx, b) })
+}
+
+func (ts *timedStore) GetBuild(ctx context.Context, id string) (store.Build, error) {
+	return timed(ts, "GetBuild", func() (store.Build, error) { return ts.Store.GetBuild(ctx, id) })
+}
+
+func (ts *timedStore) UpdateBuild(ctx context.Context, id string, update func(*store.Build) error) (store.Build, error) {
+	return timed(ts, "UpdateBuild", func() (store.Build, error) { return ts.Store.UpdateBuild(ctx, id, update) })
+}
+
+func (ts *timedStore) ListBuilds(ctx context.Context, templateID string) ([]store.Build, error) {
+	return timed(ts, "ListBuilds", func() ([]store.Build, error) { return ts.Store.ListBuilds(ctx, templateID) })
+}
+
+func (ts *timedStore) BuildsByStatus(ctx context.Context, statuses ...store.BuildStatus) ([]store.Build, error) {
+	return timed(ts, "BuildsByStatus", func() ([]store.Build, error) { return ts.Store.BuildsByStatus(ctx, statuses...) })
+}
+
+func (ts *timedStore) AppendBuildLogs(ctx context.Context, buildID string, entries ...store.BuildLogEntry) error {
+	return timed0(ts, "AppendBuildLogs", func() error { return ts.Store.AppendBuildLogs(ctx, buildID, entries...) })
+}
+
+func (ts *timedStore) BuildLogs(ctx context.Context, buildID string, offset, limit int, minLevel string) ([]store.BuildLogEntry, error) {
+	return timed(ts, "BuildLogs", func() ([]store.BuildLogEntry, error) {
+		return ts.Store.BuildLogs(ctx, buildID, offset, limit, minLevel)
+	})
+}
+
+func (ts *timedStore) SetTag(ctx context.Context, t store.Tag) error {
+	return timed0(ts, "SetTag", func() error { return ts.Store.SetTag(ctx, t) })
+}
+
+func (ts *timedStore) GetTag(ctx context.Context, templateID, tag string) (store.Tag, error) {
+	return timed(ts, "GetTag", func() (store.Tag, error) { return ts.Store.GetTag(ctx, templateID, tag) })
+}
+
+func (ts *timedStore) DeleteTag(ctx context.Context, templateID, tag string) error {
+	return timed0(ts, "DeleteTag", func() error { return ts.Store.DeleteTag(ctx, templateID, tag) })
+}
+
+func (ts *timedStore) ListTags(ctx context.Context, templateID string) ([]store.Tag, error) {
+	return timed(ts, "ListTags", func() ([]store.Tag, error) { return ts.Store.ListTags(ctx, templateID) })
+}
