@@ -74,6 +74,14 @@ import (
 	"regexp"
 )
 
+// VolumeMount is a team volume (by ID, with its name when it was mounted)
+// mounted at Path.
+type VolumeMount struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+}
+
 // Template is a template's layers and sandbox defaults.
 type Template struct {
 	ID string `json:"id"`
@@ -99,6 +107,11 @@ type Template struct {
 	// snapshot, whose files are not in a layer. A build's snapshot has
 	// its files in its top layer instead.
 	SnapshotDisk bool `json:"snapshotDisk,omitempty"`
+	// SnapshotMounts are the team volumes the checkpointed sandbox had
+	// mounted: a snapshot refers to them (it holds none of their files),
+	// and each sandbox restored from it mounts the same volumes at the same
+	// paths, as its checkpoint expects.
+	SnapshotMounts []VolumeMount `json:"snapshotMounts,omitempty"`
 	// Recipe identifies how a built-in template was made; a changed recipe
 	// makes setup rebuild it.
 	Recipe string `json:"recipe,omitempty"`

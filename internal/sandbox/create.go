@@ -138,7 +138,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 // layers, or restored from its snapshot (a build's, a sandbox's or a
 // fork's).
 func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
-	mounts, err := m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
+	mounts, err := m.createMounts(ctx, req, resolved.Image)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

@@ -399,6 +399,37 @@ func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []Vol
 	return out, nil
 }
 
+// createMounts are the volumes a sandbox of tmpl mounts: those the create
+// names, or, for a snapshot of a sandbox that had volumes, the same volumes
+// at the same paths (its checkpoint expects them; a create may repeat them
+// but not name others).
+func (m *Manager) createMounts(ctx context.Context, req CreateRequest, tmpl *image.Template) ([]store.VolumeMount, error) {
+	if len(tmpl.SnapshotMounts) == 0 {
+		return m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
+	}
+	want := map[string]string{}
+	for _, vm := range tmpl.SnapshotMounts {
+		want[vm.Path] = vm.Name
+	}
+	for _, vm := range req.VolumeMounts {
+		if want[vm.Path] != vm.Name || len(req.VolumeMounts) != len(want) {
+			return nil, fmt.Errorf("%w: the snapshot's sandboxes mount the volumes it was taken with, at the same paths: give no volumeMounts", ErrInvalid)
+		}
+	}
+	out := make([]store.VolumeMount, 0, len(tmpl.SnapshotMounts))
+	for _, vm := range tmpl.SnapshotMounts {
+		v, err := m.cfg.Store.GetVolume(ctx, req.TeamID, vm.VolumeID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: volume %q, which the snapshot mounts, is gone", ErrVolumeNotFound, vm.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.VolumeMount{VolumeID: v.ID, Name: v.Name, Path: vm.Path})
+	}
+	return out, nil
+}
+
 // volumeMounts are the mounts a record names, as a create asks for them.
 func volumeMounts(rec store.Sandbox) []VolumeMount {
 	var out []VolumeMount

@@ -87,7 +87,7 @@ func TestMetricsFollowTheManager(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, true); err != nil {
+	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, false); err != nil { // runc here: the files only
 		t.Fatal(err)
 	}
 	f = scrape()
@@ -97,7 +97,7 @@ func TestMetricsFollowTheManager(t *testing.T) {
 	if got := val(f, "warren_sandbox_operations_total", "operation", "pause", "outcome", "ok"); got != 1 {
 		t.Errorf("pauses: %g", got)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); err != nil || !resumed {
+	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, false); err != nil || !resumed {
 		t.Fatalf("connect: resumed %v, %v", resumed, err)
 	}
 	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {

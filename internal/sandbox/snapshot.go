@@ -77,9 +77,13 @@ func (m *Manager) Snapshot(ctx context.Context, teamID, id, dir string) (Snapsho
 	if err := m.cfg.Node.Snapshot(ctx, m.instance(l), dir); err != nil {
 		return Snapshot{}, fmt.Errorf("sandbox: snapshot of %s: %w", id, err)
 	}
+	var mounts []image.VolumeMount
+	for _, vm := range rec.VolumeMounts {
+		mounts = append(mounts, image.VolumeMount{VolumeID: vm.VolumeID, Name: vm.Name, Path: vm.Path})
+	}
 	return Snapshot{Sandbox: rec, Image: image.Template{
 		Layers: img.Layers, User: img.User, Workdir: img.Workdir, Envs: img.Envs,
-		SnapshotToken: rec.EnvdAccessToken, SnapshotDisk: true,
+		SnapshotToken: rec.EnvdAccessToken, SnapshotDisk: true, SnapshotMounts: mounts,
 	}}, nil
 }
 

@@ -250,4 +250,26 @@ describe('volumes', () => {
     expect(await vol.readFile('/p')).toBe('before\nafter\n')
     expect((await again.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
   })
+
+  test('a fork and sandboxes of a snapshot mount the same volume (the snapshot refers to it)', async () => {
+    const vol = await volume('snap')
+    const other = await volume('other')
+    const parent = await sandbox({ volumeMounts: { '/data': vol } })
+    await run(parent, 'echo from-parent > /data/f')
+
+    const [child] = await parent.fork({ count: 1, timeoutMs: 60_000 })
+    sandboxes.push(child.sandboxId)
+    expect((await child.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
+    await run(child, 'echo from-child >> /data/f')
+    expect(await run(parent, 'cat /data/f')).toBe('from-parent\nfrom-child\n')
+
+    const snap = await parent.createSnapshot()
+    const fromSnap = await sandbox({ template: snap.snapshotId })
+    expect((await fromSnap.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
+    await run(fromSnap, 'echo from-snapshot >> /data/f')
+    expect(await vol.readFile('/f')).toBe('from-parent\nfrom-child\nfrom-snapshot\n')
+    // Its checkpoint has the volume at /data: no other volume in its place.
+    await expect(Sandbox.create(snap.snapshotId, { volumeMounts: { '/data': other } })).rejects.toThrow(/snapshot/)
+    await Sandbox.deleteSnapshot(snap.snapshotId)
+  })
 })
