@@ -248,9 +248,14 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 	steptrace.From(ctx).Mark("rootfs-mount")
 	inst.LogPath = inst.Rootfs.LogPath()
 	if writeRoot {
-		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID, req.Mounts); err != nil {
+		if err := n.writeRootFiles(inst.Rootfs.Dir(), req.ID); err != nil {
 			return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 		}
+	}
+	// Volume mount points are checked on every start: a resumed sandbox's
+	// root is as it left it.
+	if err := prepareMountPoints(inst.Rootfs.Dir(), req.Mounts); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: root filesystem for %s: %w", req.ID, err)
 	}
 	if req.Egress != nil {
 		if err := n.SetEgress(inst, *req.Egress); err != nil {
@@ -286,7 +291,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 // have made /etc/hosts a link to any host path), so every path is
 // resolved inside it (rootpath) and links at these names are replaced by
 // regular files in the sandbox's own writable layer, never followed.
-func (n *Node) writeRootFiles(dir, id string, mounts []runtime.Mount) error {
+func (n *Node) writeRootFiles(dir, id string) error {
 	root, err := rootpath.Open(dir)
 	if err != nil {
 		return err
@@ -310,15 +315,28 @@ func (n *Node) writeRootFiles(dir, id string, mounts []runtime.Mount) error {
 			return fmt.Errorf("preparing the mount point %s: %w", m, err)
 		}
 	}
-	// A volume's mount point must be the directory its path names: a
-	// template's link there (say /data -> /proc) would put the volume
-	// over whatever the link leads to.
+	return n.installTrustCA(root)
+}
+
+// prepareMountPoints makes each volume's mount point the directory its
+// path names: a link there (a template's, or the sandbox's own before a
+// pause, say /data -> /proc) would put the volume over whatever the link
+// leads to, so one fails the start.
+func prepareMountPoints(dir string, mounts []runtime.Mount) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	root, err := rootpath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, m := range mounts {
 		if err := root.MkdirAllNoLinks(m.Destination, 0o755); err != nil {
 			return fmt.Errorf("preparing the mount point %s: %w", m.Destination, err)
 		}
 	}
-	return n.installTrustCA(root)
+	return nil
 }
 
 // Delete stops the sandbox and releases everything it used. It tries every

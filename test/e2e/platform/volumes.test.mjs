@@ -251,25 +251,63 @@ describe('volumes', () => {
     expect((await again.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
   })
 
-  test('a fork and sandboxes of a snapshot mount the same volume (the snapshot refers to it)', async () => {
+  test('pause() keeps the mount; the paused sandbox holds the volume', async () => {
+    const vol = await volume('paused')
+    const sbx = await sandbox({ volumeMounts: { '/data': vol }, timeoutMs: 60_000 })
+    // A process keeps a file of the volume open across the pause.
+    await sbx.commands.run('exec 3>>/data/held; echo one >&3; sleep 600', { background: true })
+    await waitFor(async () => (await vol.readFile('/held')) === 'one\n')
+    expect(await sbx.pause()).toBe(true)
+    const err = await Volume.destroy(vol.volumeId).catch((e) => e)
+    expect(err).toBeInstanceOf(VolumeError)
+    expect(err.message).toMatch(/^409: /)
+    expect(err.message).toContain(sbx.sandboxId)
+    await vol.writeFile('/while-paused', 'new')
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+    expect(await run(sbx, 'cat /data/while-paused; echo; echo two >> /data/held; cat /data/held')).toBe('new\none\ntwo\n')
+    expect((await sbx.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
+  })
+
+  test('a snapshot references its volumes (no copy); sandboxes made from it and forks mount them', async () => {
     const vol = await volume('snap')
-    const other = await volume('other')
-    const parent = await sandbox({ volumeMounts: { '/data': vol } })
-    await run(parent, 'echo from-parent > /data/f')
-
-    const [child] = await parent.fork({ count: 1, timeoutMs: 60_000 })
-    sandboxes.push(child.sandboxId)
-    expect((await child.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
-    await run(child, 'echo from-child >> /data/f')
-    expect(await run(parent, 'cat /data/f')).toBe('from-parent\nfrom-child\n')
-
+    const other = await volume('snap-other')
+    const parent = await sandbox({ volumeMounts: { '/data': vol }, timeoutMs: 120_000 })
+    await run(parent, 'echo before > /data/f')
     const snap = await parent.createSnapshot()
-    const fromSnap = await sandbox({ template: snap.snapshotId })
-    expect((await fromSnap.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
-    await run(fromSnap, 'echo from-snapshot >> /data/f')
-    expect(await vol.readFile('/f')).toBe('from-parent\nfrom-child\nfrom-snapshot\n')
-    // Its checkpoint has the volume at /data: no other volume in its place.
-    await expect(Sandbox.create(snap.snapshotId, { volumeMounts: { '/data': other } })).rejects.toThrow(/snapshot/)
+    // Written after the snapshot: a copy would not have it.
+    await vol.writeFile('/after', 'after the snapshot')
+
+    const child = await sandbox({ template: snap.snapshotId })
+    expect((await child.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
+    expect(await run(child, 'cat /data/f /data/after; echo; echo child > /data/from-child')).toBe('before\nafter the snapshot\n')
+    expect(await run(parent, 'cat /data/from-child')).toBe('child\n')
+    // A restore has the checkpoint's mounts and no others.
+    await expect(Sandbox.create(snap.snapshotId, { volumeMounts: { '/more': other } })).rejects.toThrow(/mount the volumes it was taken with/)
+
+    const forks = await parent.fork({ count: 2, timeoutMs: 60_000 })
+    for (const f of forks) sandboxes.push(f.sandboxId)
+    for (const [i, f] of forks.entries()) {
+      expect((await f.getInfo()).volumeMounts).toEqual([{ name: vol.name, path: '/data' }])
+      await run(f, `echo fork${i} > /data/fork${i}`)
+    }
+    expect(await run(parent, 'cat /data/fork0 /data/fork1')).toBe('fork0\nfork1\n')
+    const err = await Volume.destroy(vol.volumeId).catch((e) => e)
+    expect(err.message).toMatch(/^409: /)
+    for (const id of [forks[0].sandboxId, forks[1].sandboxId, child.sandboxId, parent.sandboxId]) {
+      expect(err.message).toContain(id)
+      await Sandbox.kill(id)
+    }
+    // The volume goes; the snapshot that references it makes no sandbox.
+    expect(await Volume.destroy(vol.volumeId)).toBe(true)
+    await expect(Sandbox.create(snap.snapshotId)).rejects.toThrow(/volume/)
     await Sandbox.deleteSnapshot(snap.snapshotId)
   })
 })
+
+async function waitFor(cond, ms = 10_000) {
+  const deadline = Date.now() + ms
+  while (!(await cond().catch(() => false))) {
+    if (Date.now() > deadline) throw new Error('timed out waiting')
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}
