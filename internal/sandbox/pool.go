@@ -22,7 +22,8 @@ type pool struct {
 	kick       chan struct{}
 
 	// Guarded by m.mu.
-	res        Resources // of the template's creates, learnt from them
+	res        Resources       // of the template's creates, learnt from them
+	tmpl       *image.Template // as its last create resolved it; nil: read it
 	building   int
 	target     int
 	demand     demand
@@ -74,7 +75,7 @@ func (m *Manager) claimWarm(tmpl *image.Template, res Resources) *warm {
 	if p != nil {
 		p.demand.add(now)
 		p.lastUse = now
-		p.res = res // what its next starts ask
+		p.res, p.tmpl = res, tmpl // what its next starts are
 	}
 	m.mu.Unlock()
 	if p == nil {
@@ -196,10 +197,10 @@ func (p *pool) startOne(ctx context.Context) {
 	defer m.wg.Done()
 	defer p.refill()
 	m.mu.Lock()
-	res := p.res
+	res, tmpl := p.res, p.tmpl
 	m.mu.Unlock()
 	began := time.Now()
-	w, err := p.start(ctx, res)
+	w, err := p.start(ctx, tmpl, res)
 	m.mu.Lock()
 	p.building--
 	if err == nil {
@@ -227,11 +228,13 @@ func (p *pool) startOne(ctx context.Context) {
 	}
 }
 
-func (p *pool) start(ctx context.Context, r Resources) (*warm, error) {
+func (p *pool) start(ctx context.Context, tmpl *image.Template, r Resources) (*warm, error) {
 	m := p.m
-	tmpl, err := m.cfg.Images.Template(p.templateID)
-	if err != nil {
-		return nil, err
+	if tmpl == nil {
+		var err error
+		if tmpl, err = m.cfg.Images.Template(p.templateID); err != nil {
+			return nil, err
+		}
 	}
 	layers, err := m.cfg.Images.LayerDirs(tmpl)
 	if err != nil {
