@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -145,7 +146,12 @@ func (p *pool) plan(now time.Time) (surplus *warm, starts int, done bool) {
 	defer m.mu.Unlock()
 	tn := m.tuning
 	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.res.MemoryMB, m.cfg.MaxSandboxes))
-	p.target = poolTarget(p.demand.rate(now), p.starts.or(tn.defaultStart), tn, p.floor, ceiling)
+	rate, start := p.demand.rate(now), p.starts.or(tn.defaultStart)
+	if target := poolTarget(rate, start, tn, p.floor, ceiling); target != p.target {
+		m.log.Debug("warm pool resized", "template", p.templateID, "target", target, "was", p.target,
+			"rate", fmt.Sprintf("%.3f", rate), "start_ms", start.Milliseconds(), "ready", len(p.ready), "starting", p.building)
+		p.target = target
+	}
 	if p.floor == 0 && p.count() == 0 && p.target == 0 && now.Sub(p.lastUse) >= tn.idleAfter {
 		delete(m.pools, p.templateID)
 		return nil, 0, true

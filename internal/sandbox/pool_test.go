@@ -159,4 +159,3 @@ func TestWarmPoolForAnotherTemplateIsMadeAndReaped(t *testing.T) {
 		t.Error("the base pool, which has a floor, was removed")
 	}
 }
-
