@@ -203,7 +203,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	if w != nil {
 		inst, token = w.inst, w.token
 		rec.ID = inst.ID
-	} else if full != nil {
+	} else if full != nil && !m.evictWarmFor(res) {
 		return store.Sandbox{}, full
 	} else {
 		rec.ID = NewID()

@@ -280,3 +280,46 @@ func (p *pool) drain() error {
 		}
 	}
 }
+
+// evictWarmFor removes ready warm sandboxes, of any pool, until a cold
+// create of res (already reserved) fits on the node: warm sandboxes are
+// capacity held for creates, never a reason to refuse one. It reports
+// whether the create fits now.
+func (m *Manager) evictWarmFor(res Resources) bool {
+	for {
+		m.mu.Lock()
+		m.starting.add(res, -1) // the create's own reservation is not in its way
+		fits := m.fitsLocked(res) == nil
+		m.starting.add(res, 1)
+		var w *warm
+		if !fits {
+			w = m.takeAnyWarmLocked()
+		}
+		m.mu.Unlock()
+		if fits || w == nil {
+			return fits
+		}
+		m.log.Debug("warm sandbox evicted for a cold create", "sandbox", w.inst.ID)
+		m.discard(w.inst)
+	}
+}
+
+// takeAnyWarmLocked takes a ready warm sandbox from the pool with the
+// most ready ones, or nil.
+func (m *Manager) takeAnyWarmLocked() *warm {
+	var most *pool
+	for _, p := range m.pools {
+		if len(p.ready) > 0 && (most == nil || len(p.ready) > len(most.ready)) {
+			most = p
+		}
+	}
+	if most == nil {
+		return nil
+	}
+	select {
+	case w := <-most.ready:
+		return w
+	default:
+		return nil
+	}
+}

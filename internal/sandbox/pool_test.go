@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -157,5 +158,43 @@ func TestWarmPoolForAnotherTemplateIsMadeAndReaped(t *testing.T) {
 	}
 	if _, _, _, ok := e.poolState(baseimage.TemplateID); !ok {
 		t.Error("the base pool, which has a floor, was removed")
+	}
+}
+
+// On a node that is full with warm sandboxes of one template, a create of
+// another template evicts one instead of getting 503.
+func TestWarmSandboxesAreEvictedForAColdCreate(t *testing.T) {
+	var e *env
+	resolve := func(_ context.Context, _, ref string) (Template, error) {
+		base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
+		if err != nil {
+			return Template{}, err
+		}
+		if ref == "other" {
+			base.ID = "wstpoolevict"
+		}
+		return Template{ID: base.ID, Alias: ref, Image: base}, nil
+	}
+	// Room for one 256 MB sandbox, held by base's warm one.
+	e = startWith(t, newStore(t), Config{PoolSize: 1, NodeCPUs: 64, NodeMemoryMB: 300, MemoryOvercommit: 1, Resolve: resolve},
+		envOptions{tuning: &testTuning})
+	defer e.destroy()
+	e.waitWarm(1)
+	rec, err := e.create(CreateRequest{TemplateID: "other"})
+	if err != nil {
+		t.Fatalf("a create of another template on a node full of warm sandboxes: %v", err)
+	}
+	if rec.TemplateID != "wstpoolevict" {
+		t.Errorf("created from %s", rec.TemplateID)
+	}
+	e.mgr.mu.Lock()
+	u := e.mgr.usedLocked()
+	e.mgr.mu.Unlock()
+	if u.memoryMB > 300 {
+		t.Errorf("the node holds %+v, over its 300 MB", u)
+	}
+	// Still full: a third sandbox is refused, with no warm one to evict.
+	if _, err := e.create(CreateRequest{TemplateID: "other"}); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("a create on a node full of live sandboxes: %v, want ErrNoCapacity", err)
 	}
 }
