@@ -19,6 +19,10 @@ bin/warren setup >/dev/null
 go test -run '^$' -bench 'CreateSteps|CommandSteps' -benchtime 30x -timeout 10m ./internal/node/ | scripts/bench-steps.awk
 
 echo
+echo "## adaptive warm pool: a steady ${POOL_RATE:-5} creates/s for ${POOL_SECONDS:-60} s, each killed after its first command (SDK, real warren serve, runsc, --pool-size 2)"
+(cd test/e2e && node bench/pool.mjs)
+
+echo
 echo "## density: idle sandboxes on this node (SDK, real warren serve, runsc; DENSITY_MAX=${DENSITY_MAX:-40})"
 (cd test/e2e && node bench/density.mjs)
 

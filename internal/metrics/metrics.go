@@ -12,7 +12,8 @@
 //
 // Labels are bounded sets only: operation and outcome names, status
 // classes, store methods, template IDs of the warm pools the operator
-// configured, the node's own name. Never a sandbox, team or build ID.
+// configured (the pools made on demand are summed as "other"), the
+// node's own name. Never a sandbox, team or build ID.
 package metrics
 
 import (

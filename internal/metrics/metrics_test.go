@@ -83,7 +83,7 @@ func TestNodeGaugesReadAtScrape(t *testing.T) {
 	}
 	u := serve(t, m)
 	node.set(metrics.NodeStats{Node: "n1", Runtime: "runsc", Running: 3, Paused: 1, Starting: 2,
-		Warm: map[string]int{"base": 1}, WarmTarget: 2, HostCPUs: 4, HostMemoryBytes: 8 << 30,
+		Warm: map[string]int{"base": 1}, WarmTarget: map[string]int{"base": 2}, HostCPUs: 4, HostMemoryBytes: 8 << 30,
 		CapacityCPUs: 32, CapacityMemoryBytes: 16 << 30, CapacitySandboxes: 100,
 		UsedCPUs: 7, UsedMemoryBytes: 3 << 30, UsedSandboxes: 7})
 	f := scrape(t, u)

@@ -15,9 +15,9 @@ type NodeStats struct {
 	// Starting the creates in flight (warm sandboxes not included).
 	Running, Paused, Starting int
 	// Warm is the number of ready warm sandboxes of each template that has
-	// a warm pool; WarmTarget the size each pool is kept at.
-	Warm       map[string]int
-	WarmTarget int
+	// a warm pool; WarmTarget the size each pool is kept at now. Pools of
+	// templates the operator did not configure are summed under "other".
+	Warm, WarmTarget map[string]int
 	// The host's CPUs and memory.
 	HostCPUs        int
 	HostMemoryBytes int64
@@ -51,7 +51,7 @@ var (
 	warmDesc = prometheus.NewDesc("warren_warm_pool_sandboxes",
 		"Ready warm sandboxes in the pool of each template.", []string{"template"}, nil)
 	warmTargetDesc = prometheus.NewDesc("warren_warm_pool_target_sandboxes",
-		"The size each template's warm pool is kept at (--pool-size).", []string{"template"}, nil)
+		"The size each template's warm pool is kept at now (adaptive, at least --pool-size).", []string{"template"}, nil)
 	hostCPUsDesc = prometheus.NewDesc("warren_node_host_cpus",
 		"CPUs of the host.", nil, nil)
 	hostMemoryDesc = prometheus.NewDesc("warren_node_host_memory_bytes",
@@ -97,7 +97,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	sort.Strings(templates)
 	for _, t := range templates {
 		gauge(warmDesc, float64(s.Warm[t]), t)
-		gauge(warmTargetDesc, float64(s.WarmTarget), t)
+		gauge(warmTargetDesc, float64(s.WarmTarget[t]), t)
 	}
 	gauge(hostCPUsDesc, float64(s.HostCPUs))
 	gauge(hostMemoryDesc, float64(s.HostMemoryBytes))

@@ -198,12 +198,12 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	// Warm sandboxes started without mounts, and a running sandbox gets
 	// none added: a create with volumes starts cold.
 	if snapshotDir == "" && len(mounts) == 0 {
-		w = m.claimWarm(tmpl)
+		w = m.claimWarm(tmpl, res)
 	}
 	if w != nil {
 		inst, token = w.inst, w.token
 		rec.ID = inst.ID
-	} else if full != nil {
+	} else if full != nil && !m.evictWarmFor(res) {
 		return store.Sandbox{}, full
 	} else {
 		rec.ID = NewID()

@@ -25,7 +25,7 @@ func TestAdmissionArithmetic(t *testing.T) {
 			Resources: Resources{CPUCount: 1, MemoryMB: 200}},
 		live:    map[string]*live{"a": {cpuCount: 1, memoryMB: 500}},
 		perTeam: map[string]int{},
-		pools:   map[string]*pool{"base": {size: 2, ready: make(chan *warm, 2), building: 1}},
+		pools:   map[string]*pool{"base": {floor: 2, res: Resources{CPUCount: 1, MemoryMB: 200}, ready: make(chan *warm, 2), building: 1}},
 	}
 	// Held: 500 live + 200 warming = 700 MB of 1500; 2 of 4 CPUs.
 	if err := m.fitsLocked(Resources{CPUCount: 2, MemoryMB: 800}); err != nil {

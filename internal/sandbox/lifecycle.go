@@ -257,9 +257,9 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	}
 	res := Resources{CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB}
 	full, err := m.reserve(l.teamID, res)
-	if err == nil && full != nil {
+	if err == nil && full != nil && !m.evictWarmFor(res) {
 		m.unreserve(l.teamID, res)
-		err = full // a warm sandbox is no help to a resume
+		err = full // the warm sandboxes made no room
 	}
 	if err != nil {
 		return store.Sandbox{}, false, err

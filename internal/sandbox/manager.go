@@ -40,13 +40,20 @@
 // they have been paused longer than PausedRetention (the pause time is
 // recorded).
 //
-// Warm pools. For the templates in Config.PoolTemplates the manager keeps
-// PoolSize sandboxes started ahead of demand, with a private envd token
-// and no store record. Create claims one when it can, and pushes the
-// request's environment, the sandbox's identity and its new access token
-// into it through envd's /init; the pool refills in the background. A
-// claimed sandbox is indistinguishable from a cold one, except that it
-// started earlier (StartedAt is the claim time).
+// Warm pools. Each template booted from its layers gets a pool of
+// sandboxes started ahead of demand, with a private envd token and no
+// store record, once it is created from; the templates in
+// Config.PoolTemplates have one from the start, never smaller than
+// PoolSize. A pool is sized from its template's recent create rate,
+// bounded by a memory budget (PoolMaxMemoryMB) and the node's capacity,
+// refilled by parallel starts, shrunk when the demand goes, and removed
+// when unused (sizing.go). Create claims a warm sandbox when one is ready
+// (it never waits for one), and pushes the request's environment, the
+// sandbox's identity and its new access token into it through envd's
+// /init. A claimed sandbox is indistinguishable from a cold one, except
+// that it started earlier (StartedAt is the claim time). Warm sandboxes
+// hold no CPU while idle (a sandbox's CPUs are a CFS quota, a cap, not a
+// reservation) but count for admission like running ones.
 //
 // Capacity. MaxSandboxes bounds the running sandboxes of this node, warm
 // ones included (ErrNoCapacity, which the API maps to 503); MaxPerTeam
@@ -124,9 +131,14 @@ type Config struct {
 	MaxSandboxes int
 	// MaxPerTeam bounds one team's sandboxes; 0: no limit.
 	MaxPerTeam int
-	// PoolSize is the number of warm sandboxes kept per template in
-	// PoolTemplates; 0 disables warm pools.
+	// PoolSize is the least number of warm sandboxes kept per template
+	// in PoolTemplates, whatever the demand; 0 disables warm pools (of
+	// every template).
 	PoolSize int
+	// PoolMaxMemoryMB bounds the memory (nominal, the sandboxes' limits)
+	// the warm sandboxes of all pools hold above their PoolSize floors.
+	// Default a quarter of NodeMemoryMB.
+	PoolMaxMemoryMB int
 	// PoolTemplates are the templates that get a warm pool. Default
 	// ["base"].
 	PoolTemplates []string
@@ -202,6 +214,7 @@ type Manager struct {
 	perTeam  map[string]int   // live and starting sandboxes per team
 	pools    map[string]*pool
 	closed   bool
+	tuning   poolTuning // the pools' sizing policy (sizing.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -288,6 +301,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.PausedRetention <= 0 {
 		cfg.PausedRetention = DefaultPausedRetention
 	}
+	if cfg.PoolMaxMemoryMB <= 0 {
+		cfg.PoolMaxMemoryMB = cfg.NodeMemoryMB / 4
+	}
 	if cfg.PoolTemplates == nil {
 		cfg.PoolTemplates = []string{baseimage.TemplateID}
 	}
@@ -310,6 +326,7 @@ func New(cfg Config) (*Manager, error) {
 		live:          map[string]*live{},
 		perTeam:       map[string]int{},
 		pools:         map[string]*pool{},
+		tuning:        defaultPoolTuning,
 		stop:          make(chan struct{}),
 		warmTransport: &http.Transport{DisableKeepAlives: true},
 	}, nil
@@ -325,12 +342,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.every(m.cfg.ReapInterval, m.reap)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.PoolSize > 0 {
+		m.mu.Lock()
 		for _, t := range m.cfg.PoolTemplates {
-			p := &pool{m: m, templateID: t, size: m.cfg.PoolSize, ready: make(chan *warm, m.cfg.PoolSize), kick: make(chan struct{}, 1)}
-			m.pools[t] = p
-			m.wg.Add(1)
-			go p.fill()
+			m.newPoolLocked(t, m.cfg.PoolSize, m.cfg.Resources)
 		}
+		m.mu.Unlock()
 	}
 	return nil
 }
@@ -488,7 +504,7 @@ func (m *Manager) usedLocked() usage {
 		}
 	}
 	for _, p := range m.pools {
-		u.add(m.cfg.Resources, p.count())
+		u.add(p.res, p.count())
 	}
 	return u
 }

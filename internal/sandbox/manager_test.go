@@ -94,6 +94,7 @@ func start(t *testing.T, st store.Store, cfg Config) *env {
 type envOptions struct {
 	runtime string
 	wrap    func(runtime.Runtime) runtime.Runtime
+	tuning  *poolTuning // the pools' sizing policy, if not the default
 }
 
 func startWith(t *testing.T, st store.Store, cfg Config, o envOptions) *env {
@@ -135,6 +136,9 @@ func startWith(t *testing.T, st store.Store, cfg Config, o envOptions) *env {
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.tuning != nil {
+		m.tuning = *o.tuning
 	}
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func (m *Manager) NodeStats() metrics.NodeStats {
 	defer m.mu.Unlock()
 	s := metrics.NodeStats{
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(),
-		Starting: m.starting.sandboxes, Warm: map[string]int{}, WarmTarget: m.cfg.PoolSize,
+		Starting: m.starting.sandboxes, Warm: map[string]int{}, WarmTarget: map[string]int{},
 		HostCPUs: m.cfg.NodeCPUs, HostMemoryBytes: int64(m.cfg.NodeMemoryMB) << 20,
 		CapacityCPUs:        float64(m.cfg.NodeCPUs) * m.cfg.CPUOvercommit,
 		CapacityMemoryBytes: int64(float64(m.cfg.NodeMemoryMB)*m.cfg.MemoryOvercommit) << 20,
@@ -80,7 +80,13 @@ func (m *Manager) NodeStats() metrics.NodeStats {
 		}
 	}
 	for id, p := range m.pools {
-		s.Warm[id] = len(p.ready)
+		// Labels are bounded: the pools of templates a team made on
+		// demand are summed.
+		if p.floor == 0 {
+			id = "other"
+		}
+		s.Warm[id] += len(p.ready)
+		s.WarmTarget[id] += p.target
 	}
 	u := m.usedLocked()
 	s.UsedCPUs, s.UsedMemoryBytes, s.UsedSandboxes = u.cpus, int64(u.memoryMB)<<20, u.sandboxes

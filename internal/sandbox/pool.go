@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,15 +12,27 @@ import (
 	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
-// pool keeps a template's warm sandboxes. Only its filler goroutine
-// starts them and sends them to ready; Create takes them out.
+// pool keeps a template's warm sandboxes, sized by its recent creates
+// (sizing.go). Its filler goroutine decides how many to start or remove;
+// the starts run in parallel and send to ready; Create takes them out.
 type pool struct {
 	m          *Manager
 	templateID string
-	size       int
-	ready      chan *warm
+	floor      int
+	ready      chan *warm // capacity: the most the pool may ever hold
 	kick       chan struct{}
-	building   int // guarded by m.mu
+
+	// Guarded by m.mu.
+	res        Resources       // of the template's creates, learnt from them
+	tmpl       *image.Template // as its last create resolved it; nil: read it
+	building   int
+	target     int
+	demand     demand
+	starts     startTime
+	lastUse    time.Time // the last create of the template
+	lastShrink time.Time
+	retryAt    time.Time // after a failed start
+	backoff    time.Duration
 }
 
 // warm is a started sandbox nobody has claimed yet.
@@ -27,21 +40,49 @@ type warm struct {
 	inst   *node.Instance
 	token  string   // envd's private token until /init
 	layers []string // the template's layers it was started from
+	res    Resources
+}
+
+// newPoolLocked adds a pool for a template and starts its filler. The
+// caller holds m.mu.
+func (m *Manager) newPoolLocked(templateID string, floor int, res Resources) *pool {
+	capacity := max(floor, poolCeiling(m.cfg.PoolMaxMemoryMB, res.MemoryMB, m.cfg.MaxSandboxes))
+	p := &pool{
+		m: m, templateID: templateID, floor: floor, res: res,
+		ready: make(chan *warm, capacity), kick: make(chan struct{}, 1),
+		demand: newDemand(m.tuning), lastUse: time.Now(), backoff: time.Second, target: floor,
+	}
+	m.pools[templateID] = p
+	m.wg.Add(1)
+	go p.fill()
+	return p
 }
 
 // count is the pool's share of the node: ready and being started. The
 // caller holds m.mu.
 func (p *pool) count() int { return len(p.ready) + p.building }
 
-// claimWarm takes a warm sandbox of tmpl, if one is ready and was started
-// from the template as it is now.
-func (m *Manager) claimWarm(tmpl *image.Template) *warm {
+// claimWarm counts a create of tmpl with res toward its pool's demand
+// (adding a pool for a template that has none) and takes a warm sandbox
+// if one is ready that was started from the template as it is now. It
+// never waits for a start.
+func (m *Manager) claimWarm(tmpl *image.Template, res Resources) *warm {
+	now := time.Now()
 	m.mu.Lock()
 	p := m.pools[tmpl.ID]
+	if p == nil && m.cfg.PoolSize > 0 && !m.closed && len(m.pools) < maxPools+len(m.cfg.PoolTemplates) {
+		p = m.newPoolLocked(tmpl.ID, 0, res)
+	}
+	if p != nil {
+		p.demand.add(now)
+		p.lastUse = now
+		p.res, p.tmpl = res, tmpl // what its next starts are
+	}
 	m.mu.Unlock()
 	if p == nil {
 		return nil
 	}
+	defer p.refill()
 	for {
 		var w *warm
 		select {
@@ -49,11 +90,10 @@ func (m *Manager) claimWarm(tmpl *image.Template) *warm {
 		default:
 			return nil
 		}
-		p.refill()
-		if slices.Equal(w.layers, tmpl.Layers) {
+		if w.res == res && slices.Equal(w.layers, tmpl.Layers) {
 			return w
 		}
-		m.discard(w.inst) // the template was rebuilt since
+		m.discard(w.inst) // the template was rebuilt, or asks other resources, since
 	}
 }
 
@@ -64,8 +104,8 @@ func (p *pool) refill() {
 	}
 }
 
-// fill keeps the pool full, within the node's capacity, until the
-// manager stops. Failures back off exponentially up to 30 s.
+// fill keeps the pool at its target until the manager stops, or until the
+// pool, having no floor, has had no demand and no sandbox for a while.
 func (p *pool) fill() {
 	m := p.m
 	defer m.wg.Done()
@@ -75,75 +115,138 @@ func (p *pool) fill() {
 		<-m.stop
 		cancel()
 	}()
-	backoff := time.Second
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
+	t := time.NewTicker(m.tuning.tick)
+	defer t.Stop()
+	for {
+		surplus, starts, done := p.plan(time.Now())
+		if done {
+			return
+		}
+		if surplus != nil {
+			m.discard(surplus.inst)
+		}
+		for range starts {
+			m.wg.Add(1)
+			go p.startOne(ctx)
+		}
 		select {
 		case <-m.stop:
-			return false
+			return
 		case <-p.kick:
 		case <-t.C:
 		}
-		return true
-	}
-	for {
-		if len(p.ready) >= p.size {
-			if !wait(time.Minute) {
-				return
-			}
-			continue
-		}
-		m.mu.Lock()
-		fits := m.fitsLocked(m.cfg.Resources) == nil
-		if fits {
-			p.building++
-		}
-		m.mu.Unlock()
-		if !fits {
-			if !wait(time.Second) {
-				return
-			}
-			continue
-		}
-		w, err := p.start(ctx)
-		m.mu.Lock()
-		p.building--
-		m.mu.Unlock()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			m.log.Warn("starting a warm sandbox failed", "template", p.templateID, "err", err, "retry_in", backoff)
-			if !wait(backoff) {
-				return
-			}
-			backoff = min(2*backoff, 30*time.Second)
-			continue
-		}
-		backoff = time.Second
-		select {
-		case <-m.stop:
-			m.discard(w.inst)
-			return
-		default:
-		}
-		p.ready <- w // never blocks: only this goroutine sends, and it checked the length
 	}
 }
 
-func (p *pool) start(ctx context.Context) (*warm, error) {
+// plan re-sizes the pool: a surplus warm sandbox to remove, how many to
+// start (already counted as building), or done when the pool is removed.
+func (p *pool) plan(now time.Time) (surplus *warm, starts int, done bool) {
 	m := p.m
-	tmpl, err := m.cfg.Images.Template(p.templateID)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tn := m.tuning
+	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.res.MemoryMB, m.cfg.MaxSandboxes))
+	rate, start := p.demand.rate(now), p.starts.or(tn.defaultStart)
+	if target := poolTarget(rate, start, tn, p.floor, ceiling); target != p.target {
+		m.log.Debug("warm pool resized", "template", p.templateID, "target", target, "was", p.target,
+			"rate", fmt.Sprintf("%.3f", rate), "start_ms", start.Milliseconds(), "ready", len(p.ready), "starting", p.building)
+		p.target = target
+	}
+	if p.floor == 0 && p.count() == 0 && p.target == 0 && now.Sub(p.lastUse) >= tn.idleAfter {
+		delete(m.pools, p.templateID)
+		return nil, 0, true
+	}
+	if len(p.ready) > p.target && now.Sub(p.lastShrink) >= tn.shrinkEvery {
+		select {
+		case surplus = <-p.ready:
+			p.lastShrink = now
+		default:
+		}
+	}
+	if now.Before(p.retryAt) {
+		return surplus, 0, false
+	}
+	for p.building < tn.parallel && p.count() < p.target && p.mayStartLocked() {
+		p.building++
+		starts++
+	}
+	return surplus, starts, false
+}
+
+// mayStartLocked says whether one more warm sandbox fits: on the node
+// (admitted like a create) and, above the floor, in the pools' memory
+// budget.
+func (p *pool) mayStartLocked() bool {
+	m := p.m
+	if m.fitsLocked(p.res) != nil {
+		return false
+	}
+	if p.count() < p.floor {
+		return true
+	}
+	return m.pooledMemoryLocked()+p.res.MemoryMB <= m.cfg.PoolMaxMemoryMB
+}
+
+// pooledMemoryLocked is the memory the pools' sandboxes hold nominally.
+func (m *Manager) pooledMemoryLocked() int {
+	mb := 0
+	for _, p := range m.pools {
+		mb += p.count() * p.res.MemoryMB
+	}
+	return mb
+}
+
+// startOne starts one warm sandbox, counted in building by plan. Failures
+// hold the pool's starts back exponentially, up to 30 s.
+func (p *pool) startOne(ctx context.Context) {
+	m := p.m
+	defer m.wg.Done()
+	defer p.refill()
+	m.mu.Lock()
+	res, tmpl := p.res, p.tmpl
+	m.mu.Unlock()
+	began := time.Now()
+	w, err := p.start(ctx, tmpl, res)
+	m.mu.Lock()
+	p.building--
+	if err == nil {
+		p.starts.add(time.Since(began))
+		p.backoff = time.Second
+	} else if ctx.Err() == nil {
+		m.log.Warn("starting a warm sandbox failed", "template", p.templateID, "err", err, "retry_in", p.backoff)
+		p.retryAt = time.Now().Add(p.backoff)
+		p.backoff = min(2*p.backoff, 30*time.Second)
+	}
+	m.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return
+	}
+	select {
+	case <-m.stop:
+		m.discard(w.inst)
+		return
+	default:
+	}
+	select {
+	case p.ready <- w:
+	default: // cannot happen: count never exceeds the capacity
+		m.discard(w.inst)
+	}
+}
+
+func (p *pool) start(ctx context.Context, tmpl *image.Template, r Resources) (*warm, error) {
+	m := p.m
+	if tmpl == nil {
+		var err error
+		if tmpl, err = m.cfg.Images.Template(p.templateID); err != nil {
+			return nil, err
+		}
 	}
 	layers, err := m.cfg.Images.LayerDirs(tmpl)
 	if err != nil {
 		return nil, err
 	}
 	token := newToken()
-	r := m.cfg.Resources
 	tr := steptrace.New()
 	ctx = steptrace.With(ctx, tr)
 	inst, err := m.cfg.Node.Create(ctx, node.CreateRequest{
@@ -159,10 +262,11 @@ func (p *pool) start(ctx context.Context) (*warm, error) {
 	}
 	tr.Mark("warm-up")
 	m.log.Debug("warm sandbox ready", "sandbox", inst.ID, "template", p.templateID, "steps", tr.String())
-	return &warm{inst: inst, token: token, layers: tmpl.Layers}, nil
+	return &warm{inst: inst, token: token, layers: tmpl.Layers, res: r}, nil
 }
 
-// drain removes the ready warm sandboxes; the filler has stopped.
+// drain removes the ready warm sandboxes; the filler and its starts have
+// stopped.
 func (p *pool) drain() error {
 	var errs []error
 	for {
@@ -174,5 +278,48 @@ func (p *pool) drain() error {
 		default:
 			return errors.Join(errs...)
 		}
+	}
+}
+
+// evictWarmFor removes ready warm sandboxes, of any pool, until a cold
+// create of res (already reserved) fits on the node: warm sandboxes are
+// capacity held for creates, never a reason to refuse one. It reports
+// whether the create fits now.
+func (m *Manager) evictWarmFor(res Resources) bool {
+	for {
+		m.mu.Lock()
+		m.starting.add(res, -1) // the create's own reservation is not in its way
+		fits := m.fitsLocked(res) == nil
+		m.starting.add(res, 1)
+		var w *warm
+		if !fits {
+			w = m.takeAnyWarmLocked()
+		}
+		m.mu.Unlock()
+		if fits || w == nil {
+			return fits
+		}
+		m.log.Debug("warm sandbox evicted for a cold create", "sandbox", w.inst.ID)
+		m.discard(w.inst)
+	}
+}
+
+// takeAnyWarmLocked takes a ready warm sandbox from the pool with the
+// most ready ones, or nil.
+func (m *Manager) takeAnyWarmLocked() *warm {
+	var most *pool
+	for _, p := range m.pools {
+		if len(p.ready) > 0 && (most == nil || len(p.ready) > len(most.ready)) {
+			most = p
+		}
+	}
+	if most == nil {
+		return nil
+	}
+	select {
+	case w := <-most.ready:
+		return w
+	default:
+		return nil
 	}
 }

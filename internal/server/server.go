@@ -56,6 +56,7 @@ type Config struct {
 	ResolvConf                                    string
 	AllowPrivate                                  network.PrefixList
 	MaxSandboxes, MaxPerTeam, PoolSize            int
+	PoolMaxMemoryMB                               int
 	BuildConcurrency                              int
 	MemoryOvercommit, CPUOvercommit, APIRateLimit float64
 	DiskReserveMB                                 int64
@@ -207,7 +208,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
-		Resolve: builder.SandboxTemplate, Volumes: vols,
+		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,
+		Resolve:         builder.SandboxTemplate, Volumes: vols,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,

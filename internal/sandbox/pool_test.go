@@ -1,0 +1,200 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/poll"
+)
+
+// testTuning is the sizing policy on a test's time scale: seconds, not
+// minutes.
+var testTuning = poolTuning{
+	fastWindow: 2 * time.Second, slowWindow: 4 * time.Second, headroom: time.Second,
+	minRate: 0.2, parallel: 3, tick: 50 * time.Millisecond, shrinkEvery: 200 * time.Millisecond,
+	idleAfter: 2 * time.Second, defaultStart: 300 * time.Millisecond,
+}
+
+// poolState is a pool's target, ready and in-flight warm sandboxes; ok
+// false when the template has no pool.
+func (e *env) poolState(templateID string) (target, ready, building int, ok bool) {
+	e.mgr.mu.Lock()
+	defer e.mgr.mu.Unlock()
+	p := e.mgr.pools[templateID]
+	if p == nil {
+		return 0, 0, 0, false
+	}
+	return p.target, len(p.ready), p.building, true
+}
+
+// A burst of creates grows the base pool above its floor (within the
+// memory budget), and once the creates stop it shrinks back to the floor.
+func TestWarmPoolGrowsWithBurstAndShrinksWhenIdle(t *testing.T) {
+	const budget = 5 // sandboxes of 256 MB
+	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: budget * 256}, envOptions{tuning: &testTuning})
+	defer e.destroy()
+	e.waitWarm(1)
+
+	var mu sync.Mutex
+	maxTarget, maxCount := 0, 0
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // samples the pool while the burst runs
+		defer close(watched)
+		for {
+			target, ready, building, _ := e.poolState(baseimage.TemplateID)
+			mu.Lock()
+			maxTarget, maxCount = max(maxTarget, target), max(maxCount, ready+building)
+			mu.Unlock()
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+
+	// 16 creates at 8/s, each killed right after.
+	var kills sync.WaitGroup
+	tick := time.NewTicker(125 * time.Millisecond)
+	for i := range 16 {
+		<-tick.C
+		rec, err := e.create(CreateRequest{})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		kills.Add(1)
+		go func() {
+			defer kills.Done()
+			if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+				t.Errorf("kill %s: %v", rec.ID, err)
+			}
+		}()
+	}
+	tick.Stop()
+	kills.Wait()
+	close(stopWatch)
+	<-watched
+	if maxTarget < 4 || maxCount < 4 {
+		t.Errorf("during 8 creates/s the pool's target reached %d and it held at most %d warm sandboxes; want ≥ 4 (floor 1)", maxTarget, maxCount)
+	}
+	if maxCount > budget {
+		t.Errorf("the pool held %d warm sandboxes, over its memory budget of %d", maxCount, budget)
+	}
+
+	// Idle: back to the floor.
+	var target, ready, building int
+	if !poll.Within(30*time.Second, 50*time.Millisecond, func() bool {
+		target, ready, building, _ = e.poolState(baseimage.TemplateID)
+		return target == 1 && ready == 1 && building == 0
+	}) {
+		t.Errorf("idle for 30 s, the pool is at target %d with %d ready and %d starting; want 1, 1, 0", target, ready, building)
+	}
+	e.mgr.mu.Lock()
+	u := e.mgr.usedLocked()
+	e.mgr.mu.Unlock()
+	if u.sandboxes != 1 || u.memoryMB != 256 {
+		t.Errorf("after the shrink the node holds %+v, want the one warm sandbox", u)
+	}
+}
+
+// A template other than the configured ones gets a pool once created
+// from: its next create claims a warm sandbox of it, and when its creates
+// stop the pool empties and is removed.
+func TestWarmPoolForAnotherTemplateIsMadeAndReaped(t *testing.T) {
+	const otherID = "wstpoolother"
+	var e *env
+	resolve := func(_ context.Context, _, ref string) (Template, error) {
+		base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
+		if err != nil {
+			return Template{}, err
+		}
+		if ref == "other" {
+			base.ID = otherID // the base image under another template's ID
+		}
+		return Template{ID: base.ID, Alias: ref, Image: base}, nil
+	}
+	e = startWith(t, newStore(t), Config{PoolSize: 1, Resolve: resolve}, envOptions{tuning: &testTuning})
+	defer e.destroy()
+	e.waitWarm(1)
+
+	first, err := e.create(CreateRequest{TemplateID: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok := e.poolState(otherID); !ok {
+		t.Fatal("no pool for the template after its first create")
+	}
+	if !poll.Within(30*time.Second, 20*time.Millisecond, func() bool { _, ready, _, _ := e.poolState(otherID); return ready == 1 }) {
+		t.Fatal("the new pool did not get a warm sandbox within 30 s")
+	}
+	e.mgr.mu.Lock()
+	p := e.mgr.pools[otherID]
+	e.mgr.mu.Unlock()
+	w := <-p.ready
+	p.ready <- w // peek
+	second, err := e.create(CreateRequest{TemplateID: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID != w.inst.ID || second.TemplateID != otherID {
+		t.Errorf("the second create is %s of %s, want the warm %s of %s", second.ID, second.TemplateID, w.inst.ID, otherID)
+	}
+	for _, id := range []string{first.ID, second.ID} {
+		if err := e.mgr.Kill(context.Background(), "t1", id); err != nil {
+			t.Error(err)
+		}
+	}
+	if !poll.Within(40*time.Second, 50*time.Millisecond, func() bool { _, _, _, ok := e.poolState(otherID); return !ok }) {
+		target, ready, building, _ := e.poolState(otherID)
+		t.Fatalf("the unused pool was not removed within 40 s: target %d, %d ready, %d starting", target, ready, building)
+	}
+	if live, warm := e.mgr.Count(); live != 0 || warm != 1 {
+		t.Errorf("after the reap: %d live, %d warm; want 0 and base's one", live, warm)
+	}
+	if _, _, _, ok := e.poolState(baseimage.TemplateID); !ok {
+		t.Error("the base pool, which has a floor, was removed")
+	}
+}
+
+// On a node that is full with warm sandboxes of one template, a create of
+// another template evicts one instead of getting 503.
+func TestWarmSandboxesAreEvictedForAColdCreate(t *testing.T) {
+	var e *env
+	resolve := func(_ context.Context, _, ref string) (Template, error) {
+		base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
+		if err != nil {
+			return Template{}, err
+		}
+		if ref == "other" {
+			base.ID = "wstpoolevict"
+		}
+		return Template{ID: base.ID, Alias: ref, Image: base}, nil
+	}
+	// Room for one 256 MB sandbox, held by base's warm one.
+	e = startWith(t, newStore(t), Config{PoolSize: 1, NodeCPUs: 64, NodeMemoryMB: 300, MemoryOvercommit: 1, Resolve: resolve},
+		envOptions{tuning: &testTuning})
+	defer e.destroy()
+	e.waitWarm(1)
+	rec, err := e.create(CreateRequest{TemplateID: "other"})
+	if err != nil {
+		t.Fatalf("a create of another template on a node full of warm sandboxes: %v", err)
+	}
+	if rec.TemplateID != "wstpoolevict" {
+		t.Errorf("created from %s", rec.TemplateID)
+	}
+	e.mgr.mu.Lock()
+	u := e.mgr.usedLocked()
+	e.mgr.mu.Unlock()
+	if u.memoryMB > 300 {
+		t.Errorf("the node holds %+v, over its 300 MB", u)
+	}
+	// Still full: a third sandbox is refused, with no warm one to evict.
+	if _, err := e.create(CreateRequest{TemplateID: "other"}); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("a create on a node full of live sandboxes: %v, want ErrNoCapacity", err)
+	}
+}

@@ -1,0 +1,138 @@
+package sandbox
+
+import (
+	"math"
+	"time"
+)
+
+// Pool sizing. A template's warm pool is kept at the number of sandboxes
+// its creates will claim while new ones start: the recent create rate
+// times the time a warm sandbox takes to start (twice that: a start under
+// load takes longer than the average says), plus a second of demand as
+// headroom for bursts. Between that and what is already warm or warming,
+// the pool starts more, up to poolTuning.parallel at once.
+//
+// The rate is the larger of two exponentially weighted rates: a fast one
+// (a few seconds) so that a burst grows the pool within a second or two,
+// and a slow one (a minute) so that it shrinks only once the demand has
+// been gone for a while. A rate below minRate counts as none: a template
+// used once in a while gets no warm sandbox kept for it.
+//
+// Bounds: the floor (--pool-size for the configured templates, 0 for the
+// others) is kept even without demand; the ceiling is what the pool
+// memory budget (--pool-max-memory-mb) holds of the template's sandboxes,
+// and --max-sandboxes. Every warm start is admitted like a create, so the
+// node's capacity bounds the pools too (fitsLocked).
+
+// poolTuning are the sizing policy's constants; tests shorten them.
+type poolTuning struct {
+	fastWindow, slowWindow time.Duration // time constants of the two rates
+	headroom               time.Duration // demand kept ready beyond the starts in flight
+	minRate                float64       // creates/s below which the demand counts as none
+	parallel               int           // warm starts in flight per pool
+	tick                   time.Duration // how often a pool re-sizes without a claim
+	shrinkEvery            time.Duration // one surplus warm sandbox is removed per interval
+	idleAfter              time.Duration // a pool without floor, demand and sandboxes this long is removed
+	defaultStart           time.Duration // start time assumed before one was measured
+}
+
+var defaultPoolTuning = poolTuning{
+	fastWindow:   3 * time.Second,
+	slowWindow:   time.Minute,
+	headroom:     time.Second,
+	minRate:      1.0 / 300, // one create in five minutes
+	parallel:     3,
+	tick:         time.Second,
+	shrinkEvery:  5 * time.Second,
+	idleAfter:    10 * time.Minute,
+	defaultStart: 500 * time.Millisecond,
+}
+
+// maxPools bounds the pools of templates not configured with a floor:
+// each has a goroutine and the memory budget is shared by all.
+const maxPools = 32
+
+// ewmaRate is an event rate (per second), exponentially weighted with time
+// constant tau: each event adds 1/tau, and the sum decays by e^(-t/tau).
+// A steady rate r converges to r.
+type ewmaRate struct {
+	tau   time.Duration
+	value float64
+	at    time.Time
+}
+
+// add counts one event at now.
+func (r *ewmaRate) add(now time.Time) {
+	r.value = r.rate(now) + 1/r.tau.Seconds()
+	r.at = now
+}
+
+// rate is the weighted rate at now.
+func (r *ewmaRate) rate(now time.Time) float64 {
+	if r.value == 0 {
+		return 0
+	}
+	dt := now.Sub(r.at).Seconds()
+	if dt <= 0 {
+		return r.value
+	}
+	return r.value * math.Exp(-dt/r.tau.Seconds())
+}
+
+// demand is a template's recent creates.
+type demand struct {
+	fast, slow ewmaRate
+}
+
+func newDemand(t poolTuning) demand {
+	return demand{fast: ewmaRate{tau: t.fastWindow}, slow: ewmaRate{tau: t.slowWindow}}
+}
+
+func (d *demand) add(now time.Time) {
+	d.fast.add(now)
+	d.slow.add(now)
+}
+
+// rate rises with the fast rate and falls with the slow one.
+func (d *demand) rate(now time.Time) float64 {
+	return max(d.fast.rate(now), d.slow.rate(now))
+}
+
+// startTime is the weighted mean time a warm sandbox of the pool took to
+// start (each new one weighs a fifth).
+type startTime struct{ mean time.Duration }
+
+func (s *startTime) add(d time.Duration) {
+	if s.mean == 0 {
+		s.mean = d
+		return
+	}
+	s.mean += (d - s.mean) / 5
+}
+
+func (s startTime) or(def time.Duration) time.Duration {
+	if s.mean == 0 {
+		return def
+	}
+	return s.mean
+}
+
+// poolTarget is how many warm sandboxes (ready and starting) a pool with
+// this create rate (per second) and start time is kept at, within
+// [floor, ceiling]. The floor wins over the ceiling: it is the operator's.
+func poolTarget(rate float64, start time.Duration, t poolTuning, floor, ceiling int) int {
+	n := 0
+	if rate >= t.minRate {
+		n = int(math.Ceil(rate * (2*start + t.headroom).Seconds()))
+	}
+	return max(min(n, ceiling), floor)
+}
+
+// poolCeiling is the most warm sandboxes of memoryMB each the budget holds,
+// and at most maxSandboxes.
+func poolCeiling(budgetMB, memoryMB, maxSandboxes int) int {
+	if memoryMB <= 0 {
+		return maxSandboxes
+	}
+	return min(budgetMB/memoryMB, maxSandboxes)
+}

@@ -1,0 +1,106 @@
+package sandbox
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// A steady rate converges to itself; without events it decays by e per
+// time constant.
+func TestEWMARateConvergesAndDecays(t *testing.T) {
+	r := ewmaRate{tau: 10 * time.Second}
+	now := time.Unix(1000, 0)
+	for range 600 { // 5/s for 120 s
+		now = now.Add(200 * time.Millisecond)
+		r.add(now)
+	}
+	if got := r.rate(now); math.Abs(got-5) > 0.6 {
+		t.Errorf("rate after 120 s at 5/s: %g, want about 5", got)
+	}
+	before := r.rate(now)
+	if got := r.rate(now.Add(10 * time.Second)); math.Abs(got-before/math.E) > 1e-9 {
+		t.Errorf("rate 10 s later: %g, want %g", got, before/math.E)
+	}
+	if got := (&ewmaRate{tau: time.Second}).rate(now); got != 0 {
+		t.Errorf("rate without events: %g", got)
+	}
+}
+
+// The demand rises with the fast rate and falls with the slow one.
+func TestDemandRisesFastFallsSlowly(t *testing.T) {
+	tn := defaultPoolTuning
+	d := newDemand(tn)
+	now := time.Unix(1000, 0)
+	for range 5 { // one second at 5/s
+		now = now.Add(200 * time.Millisecond)
+		d.add(now)
+	}
+	if got := d.rate(now); got < 1 {
+		t.Errorf("rate after a second at 5/s: %g, want the fast rate (≥ 1; the slow one is 0.08)", got)
+	}
+	for range 300 { // a minute more
+		now = now.Add(200 * time.Millisecond)
+		d.add(now)
+	}
+	later := now.Add(30 * time.Second)
+	if fast, got := d.fast.rate(later), d.rate(later); fast > 0.01 || got < 1.5 {
+		t.Errorf("30 s after the creates stopped: fast %g, demand %g; want the slow rate (≥ 1.5)", fast, got)
+	}
+	if got := d.rate(now.Add(10 * time.Minute)); got >= tn.minRate {
+		t.Errorf("10 min after: %g, want under minRate %g", got, tn.minRate)
+	}
+}
+
+func TestPoolTarget(t *testing.T) {
+	tn := defaultPoolTuning // headroom 1 s
+	start := 250 * time.Millisecond
+	for _, c := range []struct {
+		name           string
+		rate           float64
+		floor, ceiling int
+		want           int
+	}{
+		{"no demand, no floor", 0, 0, 10, 0},
+		{"no demand keeps the floor", 0, 2, 10, 2},
+		{"below minRate counts as none", tn.minRate / 2, 0, 10, 0},
+		{"one create a minute keeps one", 1.0 / 60, 0, 10, 1},
+		{"5/s: 5 × (0.5 + 1) s", 5, 2, 20, 8},
+		{"10/s: 15", 10, 2, 20, 15},
+		{"bounded by the ceiling", 10, 2, 6, 6},
+		{"the floor wins over the ceiling", 10, 4, 3, 4},
+		{"a ceiling of 0 without floor", 5, 0, 0, 0},
+	} {
+		if got := poolTarget(c.rate, start, tn, c.floor, c.ceiling); got != c.want {
+			t.Errorf("%s: poolTarget(%g) = %d, want %d", c.name, c.rate, got, c.want)
+		}
+	}
+	// Slower starts need more warm sandboxes for the same rate.
+	if a, b := poolTarget(5, 100*time.Millisecond, tn, 0, 100), poolTarget(5, time.Second, tn, 0, 100); a >= b {
+		t.Errorf("start 0.1 s: %d, start 1 s: %d; want more for the slower start", a, b)
+	}
+}
+
+func TestPoolCeiling(t *testing.T) {
+	if got := poolCeiling(6000, 512, 100); got != 11 {
+		t.Errorf("6000 MB of 512 MB sandboxes: %d, want 11", got)
+	}
+	if got := poolCeiling(6000, 512, 4); got != 4 {
+		t.Errorf("bounded by max sandboxes: %d, want 4", got)
+	}
+	if got := poolCeiling(100, 512, 100); got != 0 {
+		t.Errorf("a budget smaller than one sandbox: %d, want 0", got)
+	}
+}
+
+func TestStartTimeMean(t *testing.T) {
+	var s startTime
+	if got := s.or(time.Second); got != time.Second {
+		t.Errorf("unmeasured: %v", got)
+	}
+	s.add(100 * time.Millisecond)
+	s.add(600 * time.Millisecond)
+	if got := s.or(time.Second); got != 200*time.Millisecond {
+		t.Errorf("100 ms then 600 ms: %v, want 200 ms (a fifth of the step)", got)
+	}
+}
