@@ -79,7 +79,7 @@ func BenchmarkDiskImage(b *testing.B) {
 				if err := os.Truncate(p, int64(mb)<<20); err != nil {
 					b.Fatal(err)
 				}
-				if err := formatDisk(ctx, p); err != nil {
+				if err := mkfs(ctx, p, diskOptions); err != nil {
 					b.Fatal(err)
 				}
 			}

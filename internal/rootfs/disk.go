@@ -15,20 +15,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// diskFormat names the mkfs options in formatDisk; change it with them so
-// that images formatted the old way are not reused.
+// diskFormat names the mkfs options of a sandbox disk (diskOptions);
+// change it with them so that images formatted the old way are not reused.
 const diskFormat = "v2"
 
+// diskOptions make a sandbox's disk: no journal (the disk dies with its
+// sandbox, so crash consistency buys nothing), lazy init (only metadata
+// that is used gets written: the file stays sparse), no reserved blocks
+// (the sandbox gets all of its size), no discard (nothing to discard in a
+// new sparse file).
+var diskOptions = []string{"-m", "0", "-O", "^has_journal,^resize_inode", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard"}
+
 // diskTemplate returns a formatted, empty, sparse ext4 image of sizeMB in
-// disks/, formatting it the first time a size is asked for. Concurrent
-// first calls may both format; each renames a complete image into place,
-// so a reader only ever sees a whole one.
+// disks/, formatting it the first time a size is asked for.
 func (m *Manager) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
 	p := filepath.Join(m.dir, "disks", fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
+	return EmptyImage(ctx, p, sizeMB, diskOptions, nil)
+}
+
+// EmptyImage returns path, an empty ext4 image of sizeMB that mkfs.ext4
+// makes with options (then finish, if set, on the new file), made the
+// first time it is asked for. Concurrent first calls may both make it;
+// each renames a complete image into place, so a reader only ever sees a
+// whole one. Copies of it (CopySparse) are the disks.
+func EmptyImage(ctx context.Context, path string, sizeMB int, options []string, finish func(img string) error) (string, error) {
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*.img")
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*.img")
 	if err != nil {
 		return "", err
 	}
@@ -36,28 +50,26 @@ func (m *Manager) diskTemplate(ctx context.Context, sizeMB int) (string, error) 
 	err = f.Truncate(int64(sizeMB) << 20)
 	f.Close()
 	if err == nil {
-		err = formatDisk(ctx, tmp)
+		err = mkfs(ctx, tmp, options)
+	}
+	if err == nil && finish != nil {
+		err = finish(tmp)
 	}
 	if err == nil {
-		err = os.Rename(tmp, p)
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return "", err
 	}
-	return p, nil
+	return path, nil
 }
 
-// formatDisk makes an ext4 file system on img: no journal (the disk dies
-// with its sandbox, so crash consistency buys nothing), lazy init (only
-// metadata that is used gets written: the file stays sparse), no reserved
-// blocks (the sandbox gets all of its size), no discard (nothing to
-// discard in a new sparse file).
-func formatDisk(ctx context.Context, img string) error {
+// mkfs runs mkfs.ext4 with options on img.
+func mkfs(ctx context.Context, img string, options []string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img)
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", append(append([]string{"-q", "-F"}, options...), img)...)
 	// As every command of the image packages: killed with its process
 	// group, and its output pipes not waited on for long.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

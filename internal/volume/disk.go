@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/rootfs"
 )
 
-// diskFormat names the mkfs options of formatDisk; change it with them so
+// diskFormat names the mkfs options (diskOptions); change it with them so
 // that templates formatted the old way are not reused.
 const diskFormat = "v1"
 
@@ -38,56 +35,20 @@ func (m *Manager) makeDisk(ctx context.Context, dir string, sizeMB int) error {
 	return mountDisk(dir)
 }
 
+// diskOptions make a volume's file system. Unlike a sandbox's disk it
+// keeps its journal (a volume outlives crashes) and remounts read-only on
+// errors rather than carry on writing; no reserved blocks (the volume gets
+// all of its size); lazy inode tables (only metadata that is used gets
+// written). The journal is zeroed here, once per size (digHoles then
+// makes the zeros holes again, so that every copy stays sparse and still
+// reads them as zeros).
+var diskOptions = []string{"-m", "0", "-e", "remount-ro", "-E", "lazy_itable_init=1,lazy_journal_init=0,nodiscard"}
+
 // diskTemplate returns a formatted, empty, sparse ext4 image of sizeMB in
-// .disks/, formatting it the first time a size is asked for. Concurrent
-// first calls may both format; each renames a whole image into place.
+// .disks/, formatting it the first time a size is asked for.
 func (m *Manager) diskTemplate(ctx context.Context, sizeMB int) (string, error) {
 	p := filepath.Join(m.cfg.Root, disksDir, fmt.Sprintf("ext4-%dM-%s.img", sizeMB, diskFormat))
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*.img")
-	if err != nil {
-		return "", err
-	}
-	tmp := f.Name()
-	err = f.Truncate(int64(sizeMB) << 20)
-	f.Close()
-	if err == nil {
-		err = formatDisk(ctx, tmp)
-	}
-	if err == nil {
-		err = digHoles(tmp)
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return p, nil
-}
-
-// formatDisk makes an ext4 file system on img for a volume. Unlike a
-// sandbox's disk it keeps its journal (a volume outlives crashes) and
-// remounts read-only on errors rather than carry on writing; no reserved
-// blocks (the volume gets all of its size); lazy inode tables (only
-// metadata that is used gets written). The journal is zeroed here, once
-// per size (digHoles then makes the zeros holes again, so that every copy
-// stays sparse and still reads them as zeros).
-func formatDisk(ctx context.Context, img string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-e", "remount-ro",
-		"-E", "lazy_itable_init=1,lazy_journal_init=0,nodiscard", img)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("volume: mkfs.ext4: %v: %s", err, out)
-	}
-	return nil
+	return rootfs.EmptyImage(ctx, p, sizeMB, diskOptions, digHoles)
 }
 
 // digHoles punches out every all-zero block of img's data: reads of a
