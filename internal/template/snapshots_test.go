@@ -57,6 +57,9 @@ func TestSnapshotsAreTemplatesOfTheTeam(t *testing.T) {
 	if anon.SnapshotID != anon.Template.ID+":default" || len(anon.Names) != 0 || anon.Template.SnapshotOf != "sbA" {
 		t.Errorf("unnamed snapshot: %+v", anon)
 	}
+	// Lists are newest first by creation time, kept in milliseconds: the
+	// next one must not share this one's.
+	time.Sleep(5 * time.Millisecond)
 	named, err := b.CreateSnapshot(ctx, "t1", "", "sbB", "team/mine:v1")
 	if err != nil {
 		t.Fatal(err)
