@@ -364,7 +364,13 @@ func (v *server) run(s *suite) error {
 		return err
 	}
 	v.exited = make(chan struct{})
-	go func() { v.cmd.Wait(); close(v.exited) }()
+	go func(cmd *exec.Cmd, log *os.File) {
+		cmd.Wait()
+		// The exit status goes into the log, so that a server that died
+		// mid-suite (a signal, the OOM killer) says how.
+		fmt.Fprintf(log, "\n[harness] warren serve (pid %d) exited: %v\n", cmd.Process.Pid, cmd.ProcessState)
+		close(v.exited)
+	}(v.cmd, v.logFile)
 	v.apiURL = fmt.Sprintf("http://127.0.0.1:%d", v.apiPort)
 	v.proxyURL = fmt.Sprintf("http://127.0.0.1:%d", v.proxyPort)
 	var exited, healthy bool
