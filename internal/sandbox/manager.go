@@ -45,9 +45,11 @@
 // store record, once it is created from; the templates in
 // Config.PoolTemplates have one from the start, never smaller than
 // PoolSize. A pool is sized from its template's recent create rate,
-// bounded by a memory budget (PoolMaxMemoryMB) and the node's capacity,
+// bounded by a memory budget (PoolMaxMemoryMB, shared fairly between the
+// pools that want more of it than it holds) and the node's capacity,
 // refilled by parallel starts, shrunk when the demand goes, and removed
-// when unused (sizing.go). Create claims a warm sandbox when one is ready
+// when unused or when their template is deleted (sizing.go,
+// ForgetTemplate). Create claims a warm sandbox when one is ready
 // (it never waits for one), and pushes the request's environment, the
 // sandbox's identity and its new access token into it through envd's
 // /init. A claimed sandbox is indistinguishable from a cold one, except

@@ -97,6 +97,38 @@ func (m *Manager) claimWarm(tmpl *image.Template, res Resources) *warm {
 	}
 }
 
+// ForgetTemplate drops what the warm pool of a removed template image
+// holds (its template was deleted): its ready sandboxes are discarded at
+// once and its demand forgotten, so that a pool without a floor is
+// removed as soon as its starts in flight end, instead of keeping
+// sandboxes nobody can claim and starting more of files that are gone.
+func (m *Manager) ForgetTemplate(templateID string) {
+	m.mu.Lock()
+	p := m.pools[templateID]
+	if p == nil {
+		m.mu.Unlock()
+		return
+	}
+	p.demand = newDemand(m.tuning)
+	p.tmpl = nil // a floor's next starts read the template anew
+	p.lastUse = time.Time{}
+	var drop []*warm
+	for taken := true; taken; {
+		select { // never blocks: a claim may take one meanwhile
+		case w := <-p.ready:
+			drop = append(drop, w)
+		default:
+			taken = false
+		}
+	}
+	m.mu.Unlock()
+	m.log.Info("warm pool of a removed template emptied", "template", templateID, "discarded", len(drop))
+	for _, w := range drop {
+		m.discard(w.inst)
+	}
+	p.refill()
+}
+
 func (p *pool) refill() {
 	select {
 	case p.kick <- struct{}{}:
@@ -145,7 +177,7 @@ func (p *pool) plan(now time.Time) (surplus *warm, starts int, done bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	tn := m.tuning
-	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.res.MemoryMB, m.cfg.MaxSandboxes))
+	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.res.MemoryMB, m.cfg.MaxSandboxes), m.fairCeilingLocked(p, now))
 	rate, start := p.demand.rate(now), p.starts.or(tn.defaultStart)
 	if target := poolTarget(rate, start, tn, p.floor, ceiling); target != p.target {
 		m.log.Debug("warm pool resized", "template", p.templateID, "target", target, "was", p.target,
@@ -171,6 +203,24 @@ func (p *pool) plan(now time.Time) (surplus *warm, starts int, done bool) {
 		starts++
 	}
 	return surplus, starts, false
+}
+
+// fairCeilingLocked is p's fair share of the pools' memory budget, in
+// sandboxes, given what every pool's demand alone would keep warm.
+func (m *Manager) fairCeilingLocked(p *pool, now time.Time) int {
+	wants := make([]poolWant, 0, len(m.pools))
+	at := -1
+	for _, q := range m.pools {
+		if q == p {
+			at = len(wants)
+		}
+		want := poolTarget(q.demand.rate(now), q.starts.or(m.tuning.defaultStart), m.tuning, q.floor, min(cap(q.ready), m.cfg.MaxSandboxes))
+		wants = append(wants, poolWant{floor: q.floor, want: want, memoryMB: q.res.MemoryMB})
+	}
+	if at < 0 { // a pool being removed
+		return p.floor
+	}
+	return fairCeilings(wants, m.cfg.PoolMaxMemoryMB)[at]
 }
 
 // mayStartLocked says whether one more warm sandbox fits: on the node

@@ -198,3 +198,42 @@ func TestWarmSandboxesAreEvictedForAColdCreate(t *testing.T) {
 		t.Errorf("a create on a node full of live sandboxes: %v, want ErrNoCapacity", err)
 	}
 }
+
+// When its template is removed, a pool's warm sandboxes are discarded at
+// once and the pool goes, while the floor of the base pool stays.
+func TestForgetTemplateEmptiesItsPool(t *testing.T) {
+	const otherID = "wstpoolgone"
+	var e *env
+	resolve := func(_ context.Context, _, ref string) (Template, error) {
+		base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
+		if err != nil {
+			return Template{}, err
+		}
+		base.ID = otherID
+		return Template{ID: base.ID, Alias: ref, Image: base}, nil
+	}
+	tuning := testTuning
+	tuning.idleAfter = time.Hour // only the forgetting may remove it
+	e = startWith(t, newStore(t), Config{PoolSize: 1, Resolve: resolve}, envOptions{tuning: &tuning})
+	defer e.destroy()
+	e.waitWarm(1)
+	rec, err := e.create(CreateRequest{TemplateID: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !poll.Within(30*time.Second, 20*time.Millisecond, func() bool { _, ready, _, _ := e.poolState(otherID); return ready >= 1 }) {
+		t.Fatal("the template's pool got no warm sandbox within 30 s")
+	}
+	e.mgr.ForgetTemplate(otherID)
+	if !poll.Within(30*time.Second, 20*time.Millisecond, func() bool { _, _, _, ok := e.poolState(otherID); return !ok }) {
+		target, ready, building, _ := e.poolState(otherID)
+		t.Fatalf("the forgotten template's pool is still there: target %d, %d ready, %d starting", target, ready, building)
+	}
+	if live, warm := e.mgr.Count(); live != 1 || warm != 1 {
+		t.Errorf("after forgetting: %d live, %d warm; want the created one and base's warm one", live, warm)
+	}
+	if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+		t.Error(err)
+	}
+	e.mgr.ForgetTemplate("never-had-a-pool") // a no-op
+}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -21,7 +22,9 @@ import (
 // Bounds: the floor (--pool-size for the configured templates, 0 for the
 // others) is kept even without demand; the ceiling is what the pool
 // memory budget (--pool-max-memory-mb) holds of the template's sandboxes,
-// and --max-sandboxes. Every warm start is admitted like a create, so the
+// and --max-sandboxes. When several pools want more of the budget than it
+// holds, each gets a fair share of it (fairCeilings): a pool above its
+// share shrinks, one below it may grow. Every warm start is admitted like a create, so the
 // node's capacity bounds the pools too (fitsLocked).
 
 // poolTuning are the sizing policy's constants; tests shorten them.
@@ -135,4 +138,45 @@ func poolCeiling(budgetMB, memoryMB, maxSandboxes int) int {
 		return maxSandboxes
 	}
 	return min(budgetMB/memoryMB, maxSandboxes)
+}
+
+// poolWant is one pool's claim on the shared memory budget: its floor,
+// the warm sandboxes its demand alone would keep (its target without the
+// budget) and the memory of each.
+type poolWant struct {
+	floor, want, memoryMB int
+}
+
+// fairCeilings shares the pools' memory budget max-min fairly: what the
+// floors hold comes first (they are the operator's), and the rest is
+// split so that no pool gets more than an equal share while another that
+// wants more gets less; a pool wanting less than its share leaves the
+// remainder to the others. It returns each pool's ceiling (in sandboxes,
+// never below its floor). Without it, one tenant's busy template could
+// hold the whole budget and leave the other templates' pools empty.
+func fairCeilings(pools []poolWant, budgetMB int) []int {
+	ceilings := make([]int, len(pools))
+	free := budgetMB
+	var order []int // pools wanting more than their floor
+	for i, p := range pools {
+		ceilings[i] = p.floor
+		free -= p.floor * max(p.memoryMB, 1)
+		if p.want > p.floor {
+			order = append(order, i)
+		}
+	}
+	extra := func(i int) int { return (pools[i].want - pools[i].floor) * max(pools[i].memoryMB, 1) }
+	// Water-filling: the smallest claims are met in full first.
+	slices.SortStableFunc(order, func(a, b int) int { return extra(a) - extra(b) })
+	for k, i := range order {
+		if free <= 0 {
+			break
+		}
+		share := free / (len(order) - k)
+		got := min(extra(i), share)
+		n := got / max(pools[i].memoryMB, 1)
+		ceilings[i] += n
+		free -= n * max(pools[i].memoryMB, 1)
+	}
+	return ceilings
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -103,4 +104,53 @@ func TestStartTimeMean(t *testing.T) {
 	if got := s.or(time.Second); got != 200*time.Millisecond {
 		t.Errorf("100 ms then 600 ms: %v, want 200 ms (a fifth of the step)", got)
 	}
+}
+
+func TestFairCeilings(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		pools  []poolWant
+		budget int
+		want   []int
+	}{
+		{"all fit", []poolWant{{0, 3, 100}, {0, 2, 100}}, 1000, []int{3, 2}},
+		{"a hot pool leaves the other its share",
+			[]poolWant{{0, 50, 100}, {0, 4, 100}}, 1000, []int{6, 4}},
+		{"two hot pools split it evenly",
+			[]poolWant{{0, 50, 100}, {0, 50, 100}}, 1000, []int{5, 5}},
+		{"a small claim is met in full, the rest goes to the big one",
+			[]poolWant{{0, 1, 100}, {0, 50, 100}, {0, 50, 100}}, 1000, []int{1, 4, 5}}, // 900 MB left: 4 to one, the 500 after it to the other
+		{"floors come first and count against the budget",
+			[]poolWant{{2, 2, 100}, {0, 50, 100}}, 1000, []int{2, 8}},
+		{"floors above the budget still hold, nothing more",
+			[]poolWant{{4, 4, 300}, {0, 5, 100}}, 1000, []int{4, 0}},
+		{"shares are in memory, not in sandboxes",
+			[]poolWant{{0, 50, 400}, {0, 50, 100}}, 1000, []int{1, 5}},
+		{"no demand, no ceiling above the floor", []poolWant{{1, 1, 100}, {0, 0, 100}}, 1000, []int{1, 0}},
+		{"no pools", nil, 1000, []int{}},
+	} {
+		got := fairCeilings(c.pools, c.budget)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		used := 0
+		for i, p := range c.pools {
+			if got[i] > p.floor {
+				used += got[i] * p.memoryMB
+			} else {
+				used += p.floor * p.memoryMB
+			}
+		}
+		if floors := sumFloors(c.pools); used > max(c.budget, floors) {
+			t.Errorf("%s: the ceilings hold %d MB of a %d MB budget", c.name, used, c.budget)
+		}
+	}
+}
+
+func sumFloors(ps []poolWant) int {
+	n := 0
+	for _, p := range ps {
+		n += p.floor * p.memoryMB
+	}
+	return n
 }

@@ -186,11 +186,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MaxUploadMB <= 0 {
 		return fmt.Errorf("--max-upload-mb must be positive")
 	}
+	var mgr *sandbox.Manager // made below, before anything is served
 	builder, err := template.New(template.Config{
 		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
-		Observer: met,
+		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) },
 	})
 	if err != nil {
 		return err
@@ -205,7 +206,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := sandbox.New(sandbox.Config{
+	mgr, err = sandbox.New(sandbox.Config{
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,

@@ -115,7 +115,10 @@ type Config struct {
 	BuildDiskMB int
 	// Observer, if set, is told of every build's end.
 	Observer Observer
-	Logger   *slog.Logger
+	// ImageRemoved, if set, is told of each build image a template's
+	// delete removes (the sandbox manager drops its warm pool).
+	ImageRemoved func(imageID string)
+	Logger       *slog.Logger
 }
 
 // Builder keeps templates and runs their builds. Its methods are safe for

@@ -45,7 +45,11 @@ func (o *outcomes) wait(t *testing.T, want ...string) {
 // succeeds, one whose step fails, one cancelled by deleting its template.
 func TestObserverHearsEveryBuildsEnd(t *testing.T) {
 	var seen outcomes
-	e := newEnv(t, newStore(t), func(c *Config) { c.Observer = &seen })
+	var removed []string // what the delete tells of (the sandbox manager's pools hear it)
+	e := newEnv(t, newStore(t), func(c *Config) {
+		c.Observer = &seen
+		c.ImageRemoved = func(id string) { removed = append(removed, id) }
+	})
 	ctx := context.Background()
 	if _, st := e.build("fine", buildspec.Spec{FromTemplate: "base", Steps: []buildspec.Step{{Type: "ENV", Args: []string{"A", "b"}}}}); st.Build.Status != store.BuildReady {
 		t.Fatalf("status %s: %s", st.Build.Status, st.Build.ReasonMessage)
@@ -70,5 +74,8 @@ func TestObserverHearsEveryBuildsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen.wait(t, "ok", "error", "canceled")
+	if len(removed) != 1 || removed[0] != c.BuildID {
+		t.Errorf("the delete told of removed images %v, want its build %s", removed, c.BuildID)
+	}
 	e.assertNothingLeft()
 }

@@ -408,6 +408,9 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	errs := []error{b.removeSnapshotFiles(builds)}
 	for _, bd := range builds {
 		errs = append(errs, b.cfg.Images.RemoveTemplate(bd.ID))
+		if b.cfg.ImageRemoved != nil {
+			b.cfg.ImageRemoved(bd.ID)
+		}
 	}
 	errs = append(errs, b.removeUploads(t.ID))
 	if err := errors.Join(errs...); err != nil {
