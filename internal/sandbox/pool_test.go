@@ -237,3 +237,55 @@ func TestForgetTemplateEmptiesItsPool(t *testing.T) {
 	}
 	e.mgr.ForgetTemplate("never-had-a-pool") // a no-op
 }
+
+// One busy template cannot keep the whole pool budget: once another
+// template is as busy, each pool holds its share.
+func TestPoolsShareTheBudgetFairly(t *testing.T) {
+	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: 3 * 256}, envOptions{tuning: &testTuning})
+	defer e.destroy()
+	e.waitWarm(1) // base's floor: 256 of the 768 MB, 512 left for the others
+	base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.mgr.cfg.Resources
+	// heat counts creates of a template (as claims do) without making
+	// sandboxes: the demand is what is shared, not the node.
+	// (a claim, which adds the pool, only while it has none: claims would
+	// take its warm sandboxes).
+	heat := func(id string, n int) {
+		if _, _, _, ok := e.poolState(id); !ok {
+			img := *base
+			img.ID = id
+			if w := e.mgr.claimWarm(&img, res); w != nil {
+				e.mgr.discard(w.inst)
+			}
+		}
+		e.mgr.mu.Lock()
+		for range n {
+			e.mgr.pools[id].demand.add(time.Now())
+		}
+		e.mgr.mu.Unlock()
+	}
+	count := func(id string) int {
+		_, ready, building, _ := e.poolState(id)
+		return ready + building
+	}
+	if !poll.Within(30*time.Second, 100*time.Millisecond, func() bool { heat("wstfaira", 10); return count("wstfaira") == 2 }) {
+		t.Fatalf("the busy pool holds %d warm sandboxes, want the 2 the budget has room for", count("wstfaira"))
+	}
+	if !poll.Within(30*time.Second, 100*time.Millisecond, func() bool {
+		heat("wstfaira", 10)
+		heat("wstfairb", 10)
+		_, ready, _, _ := e.poolState("wstfairb")
+		return ready == 1 && count("wstfaira") == 1
+	}) {
+		t.Fatalf("with two busy templates their pools hold %d and %d, want 1 each", count("wstfaira"), count("wstfairb"))
+	}
+	e.mgr.mu.Lock()
+	pooled := e.mgr.pooledMemoryLocked()
+	e.mgr.mu.Unlock()
+	if pooled > 3*256 {
+		t.Errorf("the pools hold %d MB, over the 768 MB budget", pooled)
+	}
+}
