@@ -305,7 +305,8 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// newHarness builds the API from cfg, filling in the fakes.
+// newHarness builds the API from cfg, filling in the fakes and, unless
+// cfg has one, a text logger into hs.log.
 func newHarness(t testing.TB, cfg Config) *harness {
 	hs := &harness{t: t, sandboxes: &fakeSandboxes{}, templates: &fakeTemplates{}, log: &syncBuffer{}}
 	if cfg.Store == nil {
@@ -317,7 +318,9 @@ func newHarness(t testing.TB, cfg Config) *harness {
 	if cfg.Templates == nil {
 		cfg.Templates = hs.templates
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(hs.log, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(hs.log, nil))
+	}
 	hs.h = New(cfg)
 	return hs
 }

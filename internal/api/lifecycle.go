@@ -59,7 +59,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 // to retry (the detail, which may name host paths, goes to the log).
 func (s *Server) resumeFailed(w http.ResponseWriter, r *http.Request, re *sandbox.ResumeError) {
 	id := requestID(r)
-	s.log.Error("resume failed", "request_id", id, "sandbox", re.ID, "step", re.Step, "err", re.Err)
+	s.log.ErrorContext(r.Context(), "resume failed", "sandbox", re.ID, "step", re.Step, "err", re.Err)
 	writeError(w, http.StatusInternalServerError, fmt.Sprintf(
 		"sandbox %s could not be resumed: %s failed; it is still paused and can be resumed again (request %s)", re.ID, re.Step, id))
 }
@@ -113,7 +113,7 @@ func (s *Server) errorOf(r *http.Request, err error) gen.Error {
 	status, msg := statusOf(err)
 	if status == http.StatusInternalServerError {
 		id := requestID(r)
-		s.log.Error("API request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = reqid.InternalMessage(id)
 	}
 	return gen.Error{Code: int32(status), Message: msg}

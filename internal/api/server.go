@@ -132,7 +132,7 @@ func New(cfg Config) http.Handler {
 	if cfg.ContentTimeout <= 0 {
 		cfg.ContentTimeout = DefaultContentTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger,
+	s := &Server{cfg: cfg, log: reqid.Logger(cfg.Logger),
 		authFailures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
 	if cfg.RateLimit > 0 {
 		s.teams = &ratelimit.Keyed{Rate: rate.Limit(cfg.RateLimit), Burst: max(1, int(2*cfg.RateLimit)), Now: cfg.Now}
@@ -265,12 +265,9 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-type requestIDKey struct{}
-
 // requestID is the ID withRequestID gave the request.
 func requestID(r *http.Request) string {
-	id, _ := r.Context().Value(requestIDKey{}).(string)
-	return id
+	return reqid.FromContext(r.Context())
 }
 
 // RequestIDHeader carries each response's request ID, which the server
@@ -278,12 +275,13 @@ func requestID(r *http.Request) string {
 const RequestIDHeader = reqid.Header
 
 // withRequestID names each request with a fresh ID (never the client's),
-// returned in RequestIDHeader.
+// returned in RequestIDHeader and carried by its context, whose log lines
+// (logged with that context) name it.
 func (s *Server) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := reqid.New()
 		w.Header().Set(RequestIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		next.ServeHTTP(w, r.WithContext(reqid.NewContext(r.Context(), id)))
 	})
 }
 
@@ -316,7 +314,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // log under the request's ID; the body names only that ID.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r)
-	s.log.Error("API request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, reqid.InternalMessage(id))
 }
 

@@ -277,7 +277,7 @@ func (s *Server) ReadVolumeFile(w http.ResponseWriter, r *http.Request, id gen.V
 		// changes meanwhile is cut or padded by nobody: the client sees
 		// a short body and fails.
 		if _, err := io.CopyN(w, f, e.Size); err != nil && r.Context().Err() == nil {
-			s.log.Warn("reading a volume file", "request_id", requestID(r), "volume", id, "err", err)
+			s.log.WarnContext(r.Context(), "reading a volume file", "volume", id, "err", err)
 		}
 	})
 }

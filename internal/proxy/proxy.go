@@ -175,7 +175,7 @@ func New(cfg Config) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, transport: NewTransport(),
+	p := &Proxy{cfg: cfg, log: reqid.Logger(cfg.Logger), transport: NewTransport(),
 		failures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
@@ -202,6 +202,10 @@ func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 // the request's token, and only then resumes a paused sandbox and
 // forwards the request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every request has an ID in its context, which its log lines name
+	// (here and in the sandbox manager a resume goes through); a response
+	// carries it only when it is an error that points to the log.
+	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
 	defer p.recoverPanic(w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
 	if blocked, wait := p.failures.Blocked(client); blocked {
@@ -311,10 +315,19 @@ func (p *Proxy) resolveError(w http.ResponseWriter, r *http.Request, id string, 
 // internal answers 500 naming only a request ID, under which the error
 // is logged.
 func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, sandboxID string, err error) {
-	rid := reqid.New()
-	p.log.Error("proxy request failed", "request_id", rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
+	rid := requestID(r)
+	p.log.ErrorContext(r.Context(), "proxy request failed", reqid.LogKey, rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
 	w.Header().Set(reqid.Header, rid)
 	writeError(w, http.StatusInternalServerError, "", 0, reqid.InternalMessage(rid))
+}
+
+// requestID is the ID ServeHTTP gave r; a fresh one if r did not pass
+// through it (a test's direct call).
+func requestID(r *http.Request) string {
+	if id := reqid.FromContext(r.Context()); id != "" {
+		return id
+	}
+	return reqid.New()
 }
 
 // recoverPanic turns a panic into a 500, except the one ReverseProxy
@@ -483,7 +496,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	if r.Context().Err() != nil {
 		// The client left: not an error, and nobody reads an answer.
-		p.log.Debug("sandbox client went away", "sandbox", rt.sandboxID, "port", rt.port, "err", err)
+		p.log.DebugContext(r.Context(), "sandbox client went away", "sandbox", rt.sandboxID, "port", rt.port, "err", err)
 		return
 	}
 	var op *net.OpError
@@ -492,8 +505,8 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	// The error names addresses inside the node: it goes to the log only.
-	rid := reqid.New()
-	p.log.Warn("sandbox request failed", "request_id", rid, "sandbox", rt.sandboxID, "port", rt.port, "err", err)
+	rid := requestID(r)
+	p.log.WarnContext(r.Context(), "sandbox request failed", reqid.LogKey, rid, "sandbox", rt.sandboxID, "port", rt.port, "err", err)
 	w.Header().Set(reqid.Header, rid)
 	writeError(w, http.StatusBadGateway, rt.sandboxID, rt.port, "sandbox request failed (request "+rid+")")
 }
