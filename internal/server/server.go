@@ -31,6 +31,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/resolvconf"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
@@ -87,8 +88,9 @@ type Config struct {
 
 // Run serves with cfg until ctx ends (or a server fails), then shuts the
 // API and the proxy down; sandboxes keep running. log gets the server's
-// log.
+// log (NewLogger makes it).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	log = reqid.Logger(log) // lines about a request name it, whatever log is
 	out := cfg.Stdout
 	if out == nil {
 		out = os.Stdout

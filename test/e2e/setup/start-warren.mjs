@@ -71,6 +71,8 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
       '--run-dir', `/run/warren-${instance}`, '--cgroup-parent', `/warren-${instance}`,
       '--network-prefix', `w${instance}`, '--network-cidr', `10.${net16}.0.0/16`]),
     ...(tlsAddr ? ['--proxy-tls-addr', tlsAddr] : []),
+    // The tests and benches read the log's key=value lines.
+    '--log-format', 'text',
     '--pool-size', String(poolSize), ...extraArgs,
   ]
   const env = { ...process.env }
