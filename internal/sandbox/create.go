@@ -280,7 +280,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	reserved = false // the team count now belongs to the live sandbox
 	tr.Mark("store-update")
 	if tr != nil {
-		m.log.Debug("sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
+		m.log.DebugContext(ctx, "sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
 	}
 	return rec, nil
 }

@@ -205,11 +205,11 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u Networ
 			s.Extra, s.AllowInternetAccess = before.Extra, before.AllowInternetAccess
 			return nil
 		}); rerr != nil {
-			m.log.Error("restoring a sandbox's network record after a failed update", "sandbox", id, "err", rerr)
+			m.log.ErrorContext(ctx, "restoring a sandbox's network record after a failed update", "sandbox", id, "err", rerr)
 		}
 		return fmt.Errorf("%w: the new policy could not be applied: %v", ErrConflict, err)
 	}
-	m.log.Info("sandbox network updated", "sandbox", id, "allow", len(pol.Allow), "deny", len(pol.Deny),
+	m.log.InfoContext(ctx, "sandbox network updated", "sandbox", id, "allow", len(pol.Allow), "deny", len(pol.Deny),
 		"domains", len(pol.Domains), "rules", len(pol.Rules), "proxied", pol.NeedsProxy())
 	return nil
 }

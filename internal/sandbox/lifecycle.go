@@ -71,7 +71,7 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
 	if err := m.setState(ctx, l.id, store.StateKilled, func(*store.Sandbox) {}); err != nil {
-		m.log.Warn("recording kill", "sandbox", l.id, "err", err)
+		m.log.WarnContext(ctx, "recording kill", "sandbox", l.id, "err", err)
 	}
 	l.transport.CloseIdleConnections()
 	var err error
@@ -181,7 +181,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
 			// resume or kill takes it down.
-			m.log.Warn("pausing left something behind", "sandbox", l.id, "err", err)
+			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
 		}
 		go m.flush(p) // durable across a power loss; needs no lock
 	}
@@ -289,7 +289,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 		if committed {
 			m.restoreState(ctx, l.id, store.StatePaused, func(s *store.Sandbox) { s.Slot, s.PausedAt = "", pausedAt })
 		}
-		m.log.Error("resume failed; the sandbox stays paused", "sandbox", l.id, "err", err)
+		m.log.ErrorContext(ctx, "resume failed; the sandbox stays paused", "sandbox", l.id, "err", err)
 		step := "preparing it"
 		var ne *node.ResumeError
 		if errors.As(err, &ne) {
@@ -304,7 +304,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 		err = syncClock(ctx, inst, l.transport, rec)
 	}
 	if err != nil {
-		m.log.Warn("initialising envd after a resume", "sandbox", l.id, "err", err)
+		m.log.WarnContext(ctx, "initialising envd after a resume", "sandbox", l.id, "err", err)
 	}
 	now := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
@@ -319,11 +319,11 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	if err != nil {
 		// It runs, and its record says so (with its slot): only the new
 		// term was not written.
-		m.log.Error("recording a resume", "sandbox", l.id, "err", err)
+		m.log.ErrorContext(ctx, "recording a resume", "sandbox", l.id, "err", err)
 		rec, _ = m.cfg.Store.GetSandbox(context.WithoutCancel(ctx), l.id)
 	}
 	if err := m.cfg.Node.DropCheckpoint(parked); err != nil {
-		m.log.Warn("removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
+		m.log.WarnContext(ctx, "removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
 	}
 	m.mu.Lock()
 	l.inst, l.parked, l.paused, l.pausedAt = inst, node.Paused{}, false, time.Time{}
@@ -378,7 +378,7 @@ func (m *Manager) setState(ctx context.Context, id string, st store.SandboxState
 // whatever the caller's context.
 func (m *Manager) restoreState(ctx context.Context, id string, st store.SandboxState, change func(*store.Sandbox)) {
 	if err := m.setState(context.WithoutCancel(ctx), id, st, change); err != nil {
-		m.log.Error("restoring a sandbox's record after a failed transition", "sandbox", id, "state", st, "err", err)
+		m.log.ErrorContext(ctx, "restoring a sandbox's record after a failed transition", "sandbox", id, "state", st, "err", err)
 	}
 }
 

@@ -374,7 +374,7 @@ func (m *Manager) Close() error {
 
 func (m *Manager) forget(ctx context.Context, id string) {
 	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
-		m.log.Warn("removing sandbox record", "sandbox", id, "err", err)
+		m.log.WarnContext(ctx, "removing sandbox record", "sandbox", id, "err", err)
 	}
 }
 

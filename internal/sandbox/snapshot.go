@@ -115,7 +115,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 	}
 	defer func() {
 		if err := m.cfg.Images.RemoveSnapshot(snapID); err != nil && !os.IsNotExist(err) {
-			m.log.Warn("removing a fork's snapshot", "snapshot", snapID, "err", err)
+			m.log.WarnContext(ctx, "removing a fork's snapshot", "snapshot", snapID, "err", err)
 		}
 	}()
 	parent := snap.Sandbox

@@ -414,7 +414,7 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	}
 	errs = append(errs, b.removeUploads(t.ID))
 	if err := errors.Join(errs...); err != nil {
-		b.log.Warn("deleting a template's files", "template", t.ID, "err", err)
+		b.log.WarnContext(ctx, "deleting a template's files", "template", t.ID, "err", err)
 	}
 	return nil
 }

@@ -247,14 +247,14 @@ func (m *Manager) Create(ctx context.Context, teamID, name string) (store.Volume
 	}
 	if err := m.cfg.Store.CreateVolume(ctx, v); err != nil {
 		if rerr := removeVolumeDir(m.dir(v.ID)); rerr != nil {
-			m.log.Error("removing the storage of a volume that was not recorded", "volume", v.ID, "err", rerr)
+			m.log.ErrorContext(ctx, "removing the storage of a volume that was not recorded", "volume", v.ID, "err", rerr)
 		}
 		if errors.Is(err, store.ErrConflict) {
 			return store.Volume{}, fmt.Errorf("%w: the team has a volume named %q", ErrConflict, name)
 		}
 		return store.Volume{}, err
 	}
-	m.log.Info("volume created", "volume", v.ID, "team", teamID, "name", name, "quota_mb", v.QuotaMB)
+	m.log.InfoContext(ctx, "volume created", "volume", v.ID, "team", teamID, "name", name, "quota_mb", v.QuotaMB)
 	return v, nil
 }
 
@@ -268,7 +268,7 @@ func (m *Manager) makeStorage(ctx context.Context, v store.Volume) (err error) {
 	defer func() {
 		if err != nil {
 			if rerr := removeVolumeDir(tmp); rerr != nil {
-				m.log.Error("removing a half-made volume", "dir", tmp, "err", rerr)
+				m.log.ErrorContext(ctx, "removing a half-made volume", "dir", tmp, "err", rerr)
 			}
 		}
 	}()
@@ -336,7 +336,7 @@ func (m *Manager) Delete(ctx context.Context, teamID, id string) error {
 	if err != nil {
 		if staged {
 			if rerr := os.Rename(trash, dir); rerr != nil {
-				m.log.Error("putting back a volume whose deletion failed", "volume", id, "err", rerr)
+				m.log.ErrorContext(ctx, "putting back a volume whose deletion failed", "volume", id, "err", rerr)
 			}
 		}
 		if errors.Is(err, store.ErrNotFound) {
@@ -346,9 +346,9 @@ func (m *Manager) Delete(ctx context.Context, teamID, id string) error {
 	}
 	if err := removeVolumeDir(trash); err != nil {
 		// The record is gone; Open's cleanup retries the rest.
-		m.log.Warn("removing a deleted volume's data", "volume", id, "err", err)
+		m.log.WarnContext(ctx, "removing a deleted volume's data", "volume", id, "err", err)
 	}
-	m.log.Info("volume deleted", "volume", id, "team", teamID)
+	m.log.InfoContext(ctx, "volume deleted", "volume", id, "team", teamID)
 	return nil
 }
 
