@@ -5,8 +5,10 @@ BIN := bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
+KUBECONFORM := github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
+KUSTOMIZE := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
 
-.PHONY: all build generate test test-go test-e2e test-fuzz fuzz deps setup bench run clean vet
+.PHONY: all build generate test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
 
 all: build
 
@@ -38,7 +40,13 @@ setup: build
 vet:
 	$(GO) vet ./...
 
-test: deps build setup vet test-go test-fuzz test-e2e
+test: deps build setup vet test-deploy test-go test-fuzz test-e2e
+
+# deploy/: the kustomize manifests render and validate against the vendored
+# Kubernetes schemas, the systemd units verify, and broken copies of both
+# are refused (scripts/test-deploy.sh).
+test-deploy:
+	KUBECONFORM=$(KUBECONFORM) KUSTOMIZE=$(KUSTOMIZE) GO=$(GO) scripts/test-deploy.sh
 
 # Test servers of an earlier run that was killed leave data dirs behind
 # whose names block the next run's servers: sweep-test-leftovers removes
