@@ -94,5 +94,8 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Libraries' lines (slog's default, the log package's) in the same
+	// format, so that every line of the log parses.
+	slog.SetDefault(log)
 	return server.Run(ctx, f, log)
 }
