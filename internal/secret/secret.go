@@ -3,7 +3,9 @@
 // put into the requests of hosts with rules (${e2b.secrets.NAME}).
 //
 // Values are sealed with AES-256-GCM under the node's key, a file in the
-// data dir (secret.key, mode 0600) made on first use, and bound to their
+// data dir (secret.key, mode 0600) made on first use — or, in a cluster,
+// a key derived from the cluster secret, the same in every process
+// (SealerFromClusterSecret) — and bound to their
 // team, secret and version (the additional data), so a sealed value moved
 // to another row does not open. The database never holds a value in
 // clear, and no error, log line or API answer carries one. Every lookup
@@ -17,7 +19,9 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -66,6 +70,29 @@ func LoadSealer(dir string) (*Sealer, error) {
 			return nil, err
 		}
 	}
+	return newSealer(key)
+}
+
+// clusterKeyInfo names what a key derived from the cluster secret is for,
+// so that it differs from every other key derived from that secret.
+const clusterKeyInfo = "warren secret sealing key v1"
+
+// SealerFromClusterSecret derives the key from the cluster secret, which
+// every process of a cluster has: secrets one API replica seals, any node
+// opens. A new cluster secret makes the values sealed under the old one
+// unreadable (they must be written again).
+func SealerFromClusterSecret(clusterSecret []byte) (*Sealer, error) {
+	if len(clusterSecret) < 32 {
+		return nil, fmt.Errorf("secret: the cluster secret has %d bytes, fewer than 32", len(clusterSecret))
+	}
+	key, err := hkdf.Key(sha256.New, clusterSecret, nil, clusterKeyInfo, 32)
+	if err != nil {
+		return nil, err
+	}
+	return newSealer(key)
+}
+
+func newSealer(key []byte) (*Sealer, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err

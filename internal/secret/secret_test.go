@@ -97,3 +97,49 @@ func TestSecretsAreSealedAndScoped(t *testing.T) {
 		}
 	}
 }
+
+// Processes given the same cluster secret open each other's sealed
+// values; another cluster secret, or the derived key's material used as
+// a node key, does not; a short cluster secret is refused.
+func TestSealerFromClusterSecret(t *testing.T) {
+	clusterSecret := []byte(strings.Repeat("s", 32))
+	api, err := SealerFromClusterSecret(clusterSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := SealerFromClusterSecret(append([]byte(nil), clusterSecret...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := api.Seal("value", "t1/s1/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := node.Open(sealed, "t1/s1/1"); err != nil || got != "value" {
+		t.Errorf("another process with the same cluster secret opened %q, %v", got, err)
+	}
+	other, err := SealerFromClusterSecret([]byte(strings.Repeat("t", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Open(sealed, "t1/s1/1"); !errors.Is(err, ErrSealed) {
+		t.Errorf("another cluster secret opened the value: %v", err)
+	}
+	if _, err := node.Open(sealed, "t2/s1/1"); !errors.Is(err, ErrSealed) {
+		t.Errorf("the value opened in another context: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, KeyFile), clusterSecret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := LoadSealer(dir) // the secret itself as a key: not the derived key
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Open(sealed, "t1/s1/1"); !errors.Is(err, ErrSealed) {
+		t.Errorf("the cluster secret used directly as the key opened the value: %v", err)
+	}
+	if _, err := SealerFromClusterSecret([]byte("short")); err == nil {
+		t.Error("a 5-byte cluster secret was taken")
+	}
+}
