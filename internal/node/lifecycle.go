@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 )
 
 // Pausing to disk, resuming, and snapshots.
@@ -144,6 +145,8 @@ func (n *Node) ResumeFromDisk(ctx context.Context, req CreateRequest, p Paused, 
 	if err := n.cfg.Runtime.Delete(ctx, req.ID); err != nil {
 		return nil, fmt.Errorf("node: clearing what a previous attempt left of %s: %w", req.ID, err)
 	}
+	tr := steptrace.From(ctx)
+	tr.Mark("runtime-clear")
 	remount := func(ctx context.Context) (Rootfs, error) { return n.cfg.Rootfs.Remount(ctx, req.ID, req.Layers) }
 	inst, spec, err := n.prepareKeeping(ctx, req, remount)
 	if err != nil {
@@ -157,6 +160,7 @@ func (n *Node) ResumeFromDisk(ctx context.Context, req CreateRequest, p Paused, 
 	if err := commit(inst); err != nil {
 		return nil, err
 	}
+	tr.Mark("commit")
 	if restoreMemory && p.Checkpoint != "" {
 		if err := n.cfg.Runtime.Restore(ctx, spec, p.Checkpoint); err != nil {
 			return nil, &ResumeError{Step: "restoring its memory checkpoint", Err: err}
@@ -164,9 +168,11 @@ func (n *Node) ResumeFromDisk(ctx context.Context, req CreateRequest, p Paused, 
 	} else if err := n.cfg.Runtime.Start(ctx, spec); err != nil {
 		return nil, &ResumeError{Step: "booting it", Err: err}
 	}
+	tr.Mark("runtime-restore")
 	if err := n.waitHealthy(ctx, inst); err != nil {
 		return nil, &ResumeError{Step: "waiting for its envd", Err: err}
 	}
+	tr.Mark("envd-health")
 	return inst, nil
 }
 

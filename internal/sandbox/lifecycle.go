@@ -8,6 +8,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/steptrace"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -245,8 +246,12 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 // sandbox expires opts.Timeout from now, whenever its old term ended.
 func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ store.Sandbox, _ bool, err error) {
 	defer m.observe(OpResume, time.Now(), &err)
+	// The steps' durations go to the debug log (make bench reads them).
+	tr := steptrace.New()
+	ctx = steptrace.With(ctx, tr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	tr.Mark("lock")
 	paused, err := m.pausedNow(l)
 	if err != nil || !paused {
 		return store.Sandbox{}, false, err
@@ -277,6 +282,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	m.mu.Lock()
 	parked, pausedAt := l.parked, l.pausedAt
 	m.mu.Unlock()
+	tr.Mark("admit")
 	committed := false
 	inst, err := m.cfg.Node.ResumeFromDisk(ctx, nreq, parked, opts.Memory, func(inst *node.Instance) error {
 		if err := m.setState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) { s.Slot = inst.Slot.Name }); err != nil {
@@ -306,6 +312,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	if err != nil {
 		m.log.WarnContext(ctx, "initialising envd after a resume", "sandbox", l.id, "err", err)
 	}
+	tr.Mark("envd-init")
 	now := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
 		s.State, s.Slot, s.PausedAt = store.StateRunning, inst.Slot.Name, time.Time{}
@@ -322,15 +329,18 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 		m.log.ErrorContext(ctx, "recording a resume", "sandbox", l.id, "err", err)
 		rec, _ = m.cfg.Store.GetSandbox(context.WithoutCancel(ctx), l.id)
 	}
+	tr.Mark("store-update")
 	if err := m.cfg.Node.DropCheckpoint(parked); err != nil {
 		m.log.WarnContext(ctx, "removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
 	}
+	tr.Mark("drop-checkpoint")
 	m.mu.Lock()
 	l.inst, l.parked, l.paused, l.pausedAt = inst, node.Paused{}, false, time.Time{}
 	l.startedAt, l.pauseRetry = now, time.Time{}
 	m.starting.add(res, -1) // its team count stays, now the running sandbox's
 	m.mu.Unlock()
 	admitted = true
+	m.log.Debug("sandbox resumed", "sandbox", l.id, "steps", tr.String())
 	return rec, true, nil
 }
 
