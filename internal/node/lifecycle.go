@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
@@ -196,12 +198,41 @@ type ResumeError struct {
 func (e *ResumeError) Error() string { return "node: resuming failed " + e.Step + ": " + e.Err.Error() }
 func (e *ResumeError) Unwrap() error { return e.Err }
 
-// DropCheckpoint removes a resumed sandbox's checkpoint image.
+// DropCheckpoint removes a resumed sandbox's checkpoint image. On the
+// caller's path (a resume's answer waits for it) the image is only
+// renamed aside, which frees its name for the next pause at once; its
+// files, tens to hundreds of MiB, are removed in the background, with
+// any an earlier removal left (a restart cut it short). The sandbox's own
+// removal takes whatever is still there.
 func (n *Node) DropCheckpoint(p Paused) error {
 	if p.Checkpoint == "" {
 		return nil
 	}
-	return os.RemoveAll(p.Checkpoint)
+	aside := fmt.Sprintf("%s%s%d", p.Checkpoint, droppedSuffix, time.Now().UnixNano())
+	if err := os.Rename(p.Checkpoint, aside); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	go removeDropped(p.Checkpoint)
+	return nil
+}
+
+// droppedSuffix marks a checkpoint image renamed aside to be removed.
+const droppedSuffix = ".dropped-"
+
+// removeDropped removes the images of checkpoint renamed aside.
+func removeDropped(checkpoint string) {
+	dir, prefix := filepath.Dir(checkpoint), filepath.Base(checkpoint)+droppedSuffix
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // DeletePaused removes a paused sandbox's files, and anything an

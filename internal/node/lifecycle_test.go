@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/network/testhost"
+	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
@@ -165,6 +166,15 @@ func TestPauseToDiskAndResume(t *testing.T) {
 	}
 	if err := n.DropCheckpoint(p); err != nil {
 		t.Error(err)
+	}
+	if _, err := os.Stat(p.Checkpoint); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped checkpoint is still at its place: %v", err)
+	}
+	if !poll.Within(30*time.Second, 20*time.Millisecond, func() bool {
+		left, _ := filepath.Glob(p.Checkpoint + "*")
+		return len(left) == 0
+	}) {
+		t.Error("the dropped checkpoint's files were not removed within 30 s")
 	}
 
 	// Without its memory, its files are kept and it boots anew.
