@@ -37,6 +37,8 @@ echo "## pause/resume, snapshots and fork through the E2B SDK (real warren serve
 echo
 echo "## egress policies through the E2B SDK (sandbox → a test host in its own netns; real warren serve)"
 (cd test/e2e && node bench/egress.mjs)
+echo "### the egress proxy's own cost on loopback: a new connection's request and response, direct vs proxied (go test -bench)"
+go test -run '^$' -bench 'ProxyConnection' -benchtime 2000x ./internal/egress/ | grep '^Benchmark'
 
 echo
 echo "## team volumes through the E2B SDK (real warren serve, runsc, pool 0)"
