@@ -199,6 +199,7 @@ type Store interface {
 	TemplateStore
 	SecretStore
 	VolumeStore
+	NodeStore
 
 	Close() error
 }

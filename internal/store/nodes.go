@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// NodeState is what an operator made of a node (`warren nodes`).
+type NodeState string
+
+const (
+	// NodeReady takes new sandboxes.
+	NodeReady NodeState = "ready"
+	// NodeCordoned takes no new sandboxes; its running ones go on.
+	NodeCordoned NodeState = "cordoned"
+	// NodeDraining takes no new sandboxes and pauses its running ones.
+	NodeDraining NodeState = "draining"
+)
+
+// ValidNodeState says whether s is a state an operator may set.
+func ValidNodeState(s NodeState) bool {
+	return s == NodeReady || s == NodeCordoned || s == NodeDraining
+}
+
+// Node is a node's record: what it registered, what its last heartbeat
+// said, and the state operators set.
+type Node struct {
+	Name    string
+	Address string // where the node's internal service listens; "" for none
+	Runtime string
+	// Capacity.
+	CPUs, MemoryMB, MaxSandboxes int
+	State                        NodeState
+	RegisteredAt, HeartbeatAt    time.Time
+	// Use, as of the heartbeat: running sandboxes (warm ones included) and
+	// their nominal CPUs and memory.
+	NodeUsage
+}
+
+// NodeUsage is what a node's heartbeat reports.
+type NodeUsage struct {
+	Sandboxes, UsedCPUs, UsedMemoryMB int
+}
+
+// Lost says whether the node has not been heard from within after of now.
+func (n Node) Lost(now time.Time, after time.Duration) bool {
+	return now.Sub(n.HeartbeatAt) > after
+}
+
+// NodeStore keeps the nodes of a cluster.
+type NodeStore interface {
+	// RegisterNode records a starting node, or updates the record of a
+	// restarted one (its address, runtime, capacity and heartbeat); the
+	// state an operator set is kept.
+	RegisterNode(ctx context.Context, n Node) error
+	// HeartbeatNode records that a node is alive at at, using u; it
+	// returns the node's state (ErrNotFound if it never registered).
+	HeartbeatNode(ctx context.Context, name string, at time.Time, u NodeUsage) (NodeState, error)
+	GetNode(ctx context.Context, name string) (Node, error)
+	// ListNodes lists every node, by name.
+	ListNodes(ctx context.Context) ([]Node, error)
+	// SetNodeState sets a node's state (ErrNotFound if there is none).
+	SetNodeState(ctx context.Context, name string, state NodeState) error
+}

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb"
+
+func scanNode(row interface{ Scan(...any) error }) (Node, error) {
+	var n Node
+	var registered, heartbeat int64
+	var state string
+	err := row.Scan(&n.Name, &n.Address, &n.Runtime, &n.CPUs, &n.MemoryMB, &n.MaxSandboxes, &state,
+		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB)
+	n.State, n.RegisteredAt, n.HeartbeatAt = NodeState(state), fromMS(registered), fromMS(heartbeat)
+	return n, err
+}
+
+func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
+	if n.Name == "" {
+		return fmt.Errorf("store: a node without a name")
+	}
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
+		"ON CONFLICT (name) DO UPDATE SET address = excluded.address, runtime = excluded.runtime, cpus = excluded.cpus, "+
+		"memory_mb = excluded.memory_mb, max_sandboxes = excluded.max_sandboxes, heartbeat_at = excluded.heartbeat_at, "+
+		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb"),
+		n.Name, n.Address, n.Runtime, n.CPUs, n.MemoryMB, n.MaxSandboxes, string(NodeReady),
+		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB)
+	return err
+}
+
+func (s *SQL) HeartbeatNode(ctx context.Context, name string, at time.Time, u NodeUsage) (NodeState, error) {
+	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ? WHERE name = ?"),
+		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, name)
+	if err != nil {
+		return "", err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return "", err
+	} else if n == 0 {
+		return "", fmt.Errorf("store: node %s: %w", name, ErrNotFound)
+	}
+	var state string
+	err = s.db.QueryRowContext(ctx, s.q("SELECT state FROM nodes WHERE name = ?"), name).Scan(&state)
+	return NodeState(state), notFound("node", name, err)
+}
+
+func (s *SQL) GetNode(ctx context.Context, name string) (Node, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, s.q("SELECT "+nodeColumns+" FROM nodes WHERE name = ?"), name))
+	return n, notFound("node", name, err)
+}
+
+func (s *SQL) ListNodes(ctx context.Context) ([]Node, error) {
+	return queryAll(ctx, s.db, s.q("SELECT "+nodeColumns+" FROM nodes ORDER BY name"), scanNode)
+}
+
+func (s *SQL) SetNodeState(ctx context.Context, name string, state NodeState) error {
+	if !ValidNodeState(state) {
+		return fmt.Errorf("store: %q is not a node state", state)
+	}
+	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET state = ? WHERE name = ?"), string(state), name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("store: node %s: %w", name, ErrNotFound)
+	}
+	return nil
+}
