@@ -20,6 +20,7 @@ commands:
   setup     install the runtimes and the base template (idempotent)
   serve     run the platform: API, sandbox manager and sandbox proxy
   keys      manage API keys and access tokens: keys create|list|revoke
+  nodes     list the nodes, or stop placement on one: nodes [list] | cordon|uncordon|drain NAME
   image     import an image archive (docker save, OCI layout tar): image import NAME ARCHIVE
   template  build a template from a Dockerfile: template build --name NAME[:TAG] [DIR]
   version   print the version
@@ -40,6 +41,8 @@ func main() {
 		err = runServe(ctx, os.Args[2:])
 	case "keys":
 		err = runKeys(ctx, os.Args[2:])
+	case "nodes":
+		err = runNodes(ctx, os.Args[2:])
 	case "image":
 		err = runImage(ctx, os.Args[2:])
 	case "template":

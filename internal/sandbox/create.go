@@ -138,6 +138,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 // layers, or restored from its snapshot (a build's, a sandbox's or a
 // fork's).
 func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
+	if m.cfg.Admit != nil { // forks come here too
+		if err := m.cfg.Admit(); err != nil {
+			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrNoCapacity, err)
+		}
+	}
 	mounts, err := m.createMounts(ctx, req, resolved.Image)
 	if err != nil {
 		return store.Sandbox{}, err

@@ -179,6 +179,10 @@ type Config struct {
 	// Volumes finds the team volumes sandboxes mount (*volume.Manager);
 	// nil: creates with volume mounts are refused.
 	Volumes Volumes
+	// Admit, if set, may refuse every new sandbox of the node (a node
+	// cordoned or drained by an operator, internal/cluster): its error
+	// makes a create ErrNoCapacity. Resumes are not asked.
+	Admit func() error
 	// Observer, if set, is told of every create, pause and resume.
 	Observer Observer
 	Logger   *slog.Logger

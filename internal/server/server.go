@@ -24,6 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/ingress"
@@ -188,7 +189,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MaxUploadMB <= 0 {
 		return fmt.Errorf("--max-upload-mb must be positive")
 	}
-	var mgr *sandbox.Manager // made below, before anything is served
+	var mgr *sandbox.Manager   // made below, before anything is served
+	var member *cluster.Member // likewise, once the manager has started
 	builder, err := template.New(template.Config{
 		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
@@ -217,7 +219,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
-		Observer: met,
+		Observer: met, Admit: func() error {
+			if member == nil { // not yet joined: nothing is served yet
+				return nil
+			}
+			return member.Admit()
+		},
 	})
 	if err != nil {
 		return err
@@ -234,6 +241,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			log.Warn("stopping the sandbox manager", "err", err)
 		}
 	}()
+	// The node's record in the store (`warren nodes`), with the state an
+	// operator set; closed (heartbeats stop) before the manager.
+	member, err = cluster.Join(ctx, cluster.Config{
+		Store: st, Logger: log, Usage: mgr.Usage, Drain: mgr.Drain,
+		Node: store.Node{Name: cfg.NodeName, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB, MaxSandboxes: cfg.MaxSandboxes},
+	})
+	if err != nil {
+		return err
+	}
+	defer member.Close()
 	// After the manager's start, which removed the build sandboxes a
 	// previous run left; closed before the manager.
 	if err := builder.Start(ctx); err != nil {
