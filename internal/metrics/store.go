@@ -226,3 +226,23 @@ func (ts *timedStore) ListVolumes(ctx context.Context, teamID string) ([]store.V
 func (ts *timedStore) DeleteVolume(ctx context.Context, teamID, id string, stage func() error) error {
 	return timed0(ts, "DeleteVolume", func() error { return ts.Store.DeleteVolume(ctx, teamID, id, stage) })
 }
+
+func (ts *timedStore) RegisterNode(ctx context.Context, n store.Node) error {
+	return timed0(ts, "RegisterNode", func() error { return ts.Store.RegisterNode(ctx, n) })
+}
+
+func (ts *timedStore) HeartbeatNode(ctx context.Context, name string, at time.Time, u store.NodeUsage) (store.NodeState, error) {
+	return timed(ts, "HeartbeatNode", func() (store.NodeState, error) { return ts.Store.HeartbeatNode(ctx, name, at, u) })
+}
+
+func (ts *timedStore) GetNode(ctx context.Context, name string) (store.Node, error) {
+	return timed(ts, "GetNode", func() (store.Node, error) { return ts.Store.GetNode(ctx, name) })
+}
+
+func (ts *timedStore) ListNodes(ctx context.Context) ([]store.Node, error) {
+	return timed(ts, "ListNodes", func() ([]store.Node, error) { return ts.Store.ListNodes(ctx) })
+}
+
+func (ts *timedStore) SetNodeState(ctx context.Context, name string, state store.NodeState) error {
+	return timed0(ts, "SetNodeState", func() error { return ts.Store.SetNodeState(ctx, name, state) })
+}

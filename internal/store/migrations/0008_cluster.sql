@@ -1,10 +1,10 @@
 -- +goose Up
 -- The nodes that run sandboxes. Each registers at start (its address,
--- runtime and capacity), and heartbeats with what it uses; state is what
--- operators set: ready, cordoned (no new sandboxes) or draining (no new
--- sandboxes, and its running ones are paused). A node is lost when its
--- heartbeat is older than the reader's timeout: that is computed where
--- nodes are read, never stored.
+-- runtime and capacity), and heartbeats with what it uses. The state is
+-- what operators set: ready, cordoned (no new sandboxes) or draining (no
+-- new sandboxes, and its running ones are paused). A node is lost when
+-- its heartbeat is older than the reader's timeout, which is computed
+-- where nodes are read, never stored.
 CREATE TABLE nodes (
     name            TEXT PRIMARY KEY,
     address         TEXT NOT NULL,
