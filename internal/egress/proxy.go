@@ -12,7 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Sandbox is what the proxy knows of a sandbox whose TCP it receives.
@@ -71,6 +74,13 @@ type Proxy struct {
 	lns       []net.Listener
 	active    map[net.Conn]struct{} // client connections being served
 	wg        sync.WaitGroup
+
+	// strays limits the warnings about connections that are no
+	// redirected sandbox's (the node's rules let none in, so they mean a
+	// broken rule set, and must not flood the log if one does);
+	// suppressed counts the ones not logged since the last.
+	strays     *rate.Limiter
+	suppressed atomic.Int64
 }
 
 type registration struct {
@@ -111,7 +121,8 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	return &Proxy{
 		cfg: cfg, log: cfg.Logger, sandboxes: map[netip.Addr]*registration{}, active: map[net.Conn]struct{}{},
-		dial: dialer{refused: cfg.Refused, resolver: cfg.Resolver, timeout: cfg.DialTimeout},
+		dial:   dialer{refused: cfg.Refused, resolver: cfg.Resolver, timeout: cfg.DialTimeout},
+		strays: rate.NewLimiter(strayWarnRate, strayWarnBurst),
 	}, nil
 }
 
@@ -296,19 +307,34 @@ func (p *Proxy) handle(c net.Conn) {
 	src = src.Unmap()
 	sb, known := p.lookup(src)
 	if !ok || !known {
-		p.log.Warn("egress proxy: a connection from an address that is no proxied sandbox", "from", c.RemoteAddr())
+		p.warnStray("egress proxy: a connection from an address that is no proxied sandbox", "from", c.RemoteAddr())
 		reset(c)
 		return
 	}
 	dst, err := p.cfg.OriginalDst(c)
 	if err != nil || dst.Addr() == netip.MustParseAddrPort(c.LocalAddr().String()).Addr() && dst.Port() == netip.MustParseAddrPort(c.LocalAddr().String()).Port() {
-		p.log.Warn("egress proxy: a connection that was not redirected", "from", c.RemoteAddr(), "err", err)
+		p.warnStray("egress proxy: a connection that was not redirected", "from", c.RemoteAddr(), "err", err)
 		reset(c)
 		return
 	}
 	e := Entry{Sandbox: sb.ID, Team: sb.TeamID, Proto: string(KindOther), Dst: dst.String()}
 	cn := &conn{p: p, client: c, sb: sb, src: src, dst: dst, entry: e}
 	cn.serve()
+}
+
+// At most strayWarnBurst warnings about stray connections at once, then
+// one per second, each saying how many were not logged.
+const (
+	strayWarnRate  = rate.Limit(1)
+	strayWarnBurst = 5
+)
+
+func (p *Proxy) warnStray(msg string, args ...any) {
+	if !p.strays.Allow() {
+		p.suppressed.Add(1)
+		return
+	}
+	p.log.Warn(msg, append(args, "not_logged_since_last", p.suppressed.Swap(0))...)
 }
 
 // conn is one connection being decided and relayed.

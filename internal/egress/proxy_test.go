@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -556,4 +559,71 @@ func TestProxyPolicyUpdateCutsConnections(t *testing.T) {
 	if !slices.ContainsFunc(tp.entries(), func(e Entry) bool { return e.Decision == Allow && e.Host == "api.example.test" }) {
 		t.Error("no audit entry of the allowed connection")
 	}
+}
+
+// Connections that are no sandbox's are reset, and the warnings about
+// them are rate-limited: a flood of them logs a few lines, the later ones
+// saying how many were not logged.
+func TestStrayConnectionWarningsAreLimited(t *testing.T) {
+	var logged lockedBuffer
+	p, err := NewProxy(ProxyConfig{
+		Refused:     func(netip.Addr) bool { return false },
+		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("none") },
+		Logger:      slog.New(slog.NewTextHandler(&logged, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	defer p.Close()
+	const flood = 200
+	for range flood {
+		c, err := net.Dial("tcp4", ln.Addr().String()) // from 127.0.0.1, which no sandbox has
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue // reset before connect returned
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a stray connection got bytes")
+		}
+		c.Close()
+	}
+	lines := strings.Count(logged.String(), "no proxied sandbox")
+	if lines == 0 || lines > strayWarnBurst+3 {
+		t.Errorf("%d stray connections logged %d warnings, want 1 to %d", flood, lines, strayWarnBurst+3)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
+		c.Read(make([]byte, 1)) // reset after the warning is written
+		c.Close()
+	} else if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a reset at connect may come before the line is written
+	if !regexp.MustCompile(`not_logged_since_last=(1[0-9]{2}|[2-9][0-9])`).MatchString(logged.String()) {
+		t.Errorf("no warning says how many were not logged:\n%s", logged.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
