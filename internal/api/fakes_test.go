@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // The handlers are tested through New with fakes of the store (keys
@@ -285,30 +285,13 @@ type harness struct {
 	h         http.Handler
 	sandboxes *fakeSandboxes
 	templates *fakeTemplates
-	log       *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log       *testenv.Buffer
 }
 
 // newHarness builds the API from cfg, filling in the fakes and, unless
 // cfg has one, a text logger into hs.log.
 func newHarness(t testing.TB, cfg Config) *harness {
-	hs := &harness{t: t, sandboxes: &fakeSandboxes{}, templates: &fakeTemplates{}, log: &syncBuffer{}}
+	hs := &harness{t: t, sandboxes: &fakeSandboxes{}, templates: &fakeTemplates{}, log: &testenv.Buffer{}}
 	if cfg.Store == nil {
 		cfg.Store = fakeStore{}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // loggingSandboxes logs with the request's context, as the sandbox
@@ -29,7 +30,7 @@ func (l loggingSandboxes) Create(ctx context.Context, req sandbox.CreateRequest)
 // request's ID, the one the 500's body and header give the client; lines
 // logged below the API with the request's context name it too.
 func TestLogLinesNameTheRequest(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &testenv.Buffer{}
 	log := slog.New(slog.NewJSONHandler(buf, nil)) // api.New adds the request IDs
 	fakes := &fakeSandboxes{}
 	hs := newHarness(t, Config{Logger: log, Sandboxes: loggingSandboxes{fakes, reqid.Logger(log)}})

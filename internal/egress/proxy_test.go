@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -27,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // These tests run the proxy on loopback, without root: "sandboxes" dial
@@ -565,7 +566,7 @@ func TestProxyPolicyUpdateCutsConnections(t *testing.T) {
 // them are rate-limited: a flood of them logs a few lines, the later ones
 // saying how many were not logged.
 func TestStrayConnectionWarningsAreLimited(t *testing.T) {
-	var logged lockedBuffer
+	var logged testenv.Buffer
 	p, err := NewProxy(ProxyConfig{
 		Refused:     func(netip.Addr) bool { return false },
 		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("none") },
@@ -609,21 +610,4 @@ func TestStrayConnectionWarningsAreLimited(t *testing.T) {
 	if !regexp.MustCompile(`not_logged_since_last=(1[0-9]{2}|[2-9][0-9])`).MatchString(logged.String()) {
 		t.Errorf("no warning says how many were not logged:\n%s", logged.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // fakeNode is a Resolver of three sandboxes at made-up addresses whose
@@ -140,34 +142,17 @@ func (n *fakeNode) take() (dialed, resumed []string) {
 	return
 }
 
-func newFakeNode(t *testing.T) (*fakeNode, *Proxy, *syncLog) {
+func newFakeNode(t *testing.T) (*fakeNode, *Proxy, *testenv.Buffer) {
 	return newFakeNodeWith(t, echo())
 }
 
 // newFakeNodeWith is newFakeNode whose sandboxes all answer with h.
-func newFakeNodeWith(t *testing.T, h http.Handler) (*fakeNode, *Proxy, *syncLog) {
+func newFakeNodeWith(t *testing.T, h http.Handler) (*fakeNode, *Proxy, *testenv.Buffer) {
 	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	n := &fakeNode{up: strings.TrimPrefix(up.URL, "http://")}
-	log := &syncLog{}
+	log := &testenv.Buffer{}
 	return n, New(Config{Domain: "localhost", Resolver: n, Logger: slog.New(slog.NewTextHandler(log, nil))}), log
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // serve sends a request straight to the handler, so that hosts no client

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/reqid"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // loggingNode logs with the request's context, as the sandbox manager
@@ -29,7 +30,7 @@ func (n loggingNode) Resolve(ctx context.Context, id string) (Target, error) {
 func TestLogLinesNameTheProxiedRequest(t *testing.T) {
 	n, _, _ := newFakeNode(t)
 	n.err = errors.New("runc state: open /run/warren/runc/x/state.json: permission denied")
-	buf := &syncLog{}
+	buf := &testenv.Buffer{}
 	log := slog.New(slog.NewJSONHandler(buf, nil)) // New adds the request IDs
 	p := New(Config{Domain: "localhost", Resolver: loggingNode{n, reqid.Logger(log)}, Logger: log})
 

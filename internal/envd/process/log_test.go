@@ -1,39 +1,24 @@
 package process
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/testenv"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 )
 
-// syncBuffer is written by envd's goroutines and read by the test. The test
-// learns that a process ended over HTTP, which the race detector does not
-// see as synchronisation, hence the lock.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records parses the JSON log lines written so far.
-func (b *syncBuffer) records(t *testing.T) []map[string]any {
+// records parses the JSON log lines written so far. The buffer is written
+// by envd's goroutines and read by the test, which learns that a process
+// ended over HTTP (not a synchronisation the race detector sees).
+func records(t *testing.T, b *testenv.Buffer) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSuffix(b.buf.String(), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
 		if line == "" {
 			continue
 		}
@@ -51,13 +36,13 @@ func (b *syncBuffer) records(t *testing.T) []map[string]any {
 func runLogged(t *testing.T, req *pb.StartRequest) (result, []map[string]any) {
 	t.Helper()
 	svc, c := newTestService(t, "root")
-	var buf syncBuffer
+	var buf testenv.Buffer
 	svc.SetLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
 	r := run(t, c, connect.NewRequest(req))
 	if r.err != nil {
 		t.Fatalf("stream error: %v", r.err)
 	}
-	recs := buf.records(t)
+	recs := records(t, &buf)
 	for _, rec := range recs {
 		if rec["pid"] != float64(r.pid) {
 			t.Errorf("record %v: pid is not %d", rec, r.pid)
@@ -166,7 +151,7 @@ func TestLogOutputBounded(t *testing.T) {
 // TestOutputLogSplitting feeds chunks that split lines and UTF-8 sequences
 // anywhere, as pipe reads do.
 func TestOutputLogSplitting(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o := newOutputLog(slog.New(slog.NewJSONHandler(&buf, nil)), 7, outStdout)
 	long := strings.Repeat("é", logLineMax) // 2 bytes each: the cut falls on a sequence boundary
 	for _, chunk := range []string{"a", "b\nc", "d\r\n\n", long[:5], long[5:], "tail\nlast"} {
@@ -174,7 +159,7 @@ func TestOutputLogSplitting(t *testing.T) {
 	}
 	o.flush()
 	var got []string
-	for _, rec := range buf.records(t) {
+	for _, rec := range records(t, &buf) {
 		got = append(got, rec["msg"].(string))
 	}
 	want := []string{"ab", "cd", "", strings.Repeat("é", logLineMax/2), "last"}
@@ -183,10 +168,10 @@ func TestOutputLogSplitting(t *testing.T) {
 	}
 
 	// An odd cut may not split "é" in two.
-	buf = syncBuffer{}
+	buf = testenv.Buffer{}
 	o = newOutputLog(slog.New(slog.NewJSONHandler(&buf, nil)), 7, outStdout)
 	o.write([]byte("x" + long + "\n"))
-	if msg := buf.records(t)[0]["msg"].(string); msg != "x"+strings.Repeat("é", logLineMax/2-1) {
+	if msg := records(t, &buf)[0]["msg"].(string); msg != "x"+strings.Repeat("é", logLineMax/2-1) {
 		t.Errorf("odd cut gave %d bytes", len(msg))
 	}
 
