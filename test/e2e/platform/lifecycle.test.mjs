@@ -31,6 +31,18 @@ async function count(sbx) {
   return { n, pid }
 }
 
+// countsOn reads the counter until it has gone past before (at most 5 s):
+// a resumed loop ticks every 50 ms, but the first read may come before
+// its first tick after the restore.
+async function countsOn(sbx, before) {
+  let c = await count(sbx)
+  for (let i = 0; i < 50 && c.pid === before.pid && c.n <= before.n; i++) {
+    await sleep(100)
+    c = await count(sbx)
+  }
+  return c
+}
+
 async function startCounter(sbx) {
   await sbx.commands.run(counterLoop)
   await sleep(300)
@@ -92,7 +104,7 @@ describe('pause and resume', () => {
       if (round > 0) expect(await sbx.pause()).toBe(true)
       const again = await Sandbox.connect(sbx.sandboxId)
       expect((await again.getInfo()).state).toBe('running')
-      const after = await count(again)
+      const after = await countsOn(again, before)
       expect(after.pid).toBe(before.pid)
       expect(after.n).toBeGreaterThan(before.n)
       expect(await again.files.read('/home/user/note.txt')).toBe('written before the pause')
@@ -324,7 +336,7 @@ describe('durability', () => {
 
     expect((await Sandbox.getInfo(sbx.sandboxId, opts())).state).toBe('paused')
     const again = await Sandbox.connect(sbx.sandboxId, opts())
-    const after = await count(again)
+    const after = await countsOn(again, before)
     expect(after.pid).toBe(before.pid)
     expect(after.n).toBeGreaterThan(before.n)
     expect(await Sandbox.kill(sbx.sandboxId, opts())).toBe(true)
