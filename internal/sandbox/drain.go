@@ -49,6 +49,9 @@ func (m *Manager) Drain(ctx context.Context) (running int, err error) {
 			break
 		}
 		if _, perr := m.Pause(ctx, t.teamID, t.id, m.canCheckpoint()); perr != nil && !errors.Is(perr, ErrNotFound) {
+			if ctx.Err() != nil {
+				break // the server is stopping: a pause cut short is no reason to kill
+			}
 			m.log.WarnContext(ctx, "draining: a pause failed; killing the sandbox", "sandbox", t.id, "err", perr)
 			if kerr := m.Kill(ctx, t.teamID, t.id); kerr != nil && !errors.Is(kerr, ErrNotFound) {
 				errs = append(errs, fmt.Errorf("sandbox %s: %w", t.id, kerr))
