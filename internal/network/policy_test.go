@@ -223,3 +223,44 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// The egress proxy's port takes the connections redirected to it from a
+// proxied slot, and nothing else: not the host itself, not a machine on
+// another link (a test host), not a sandbox dialling its gateway at that
+// port. (The proxy listens on every address; these rules are its door.)
+func TestProxyPortTakesOnlyRedirectedConnections(t *testing.T) {
+	needRoot(t)
+	other := testhost.New(t, testPrefix+"w", publicHost)
+	otherPort := other.ServeTCP(t, 0, "public")
+	proxy := listen(t, "0.0.0.0:0") // answers with the client's address
+	port := uint16(proxy.Port)
+	atPort := func(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+	// Without the rules every one of them gets in: the probes work.
+	if _, err := dial(atPort(netip.MustParseAddr("127.0.0.1")).String(), netip.Addr{}); err != nil {
+		t.Fatalf("the port does not answer the host before the rules: %v", err)
+	}
+	testhost.DoInNetNS(t, other.NetNSPath, func() {
+		if _, err := dial(atPort(other.Gateway).String(), netip.Addr{}); err != nil {
+			t.Fatalf("the port does not answer the test host before the rules: %v", err)
+		}
+	})
+
+	m := newTestManager(t, Config{PoolSize: -1, ProxyPort: port})
+	plain, proxied := acquire(t, m), acquire(t, m)
+	mustSetPolicy(t, m, proxied, SlotPolicy{Proxy: true})
+	mustBeRefused(t, "the proxy port, from the host itself", atPort(netip.MustParseAddr("127.0.0.1")))
+	testhost.DoInNetNS(t, other.NetNSPath, func() {
+		mustBeRefused(t, "the proxy port, from another machine", atPort(other.Gateway))
+	})
+	testhost.DoInNetNS(t, plain.NetNSPath, func() {
+		mustBeRefused(t, "the proxy port, from a sandbox dialling its gateway", atPort(plain.HostIP))
+	})
+	testhost.DoInNetNS(t, proxied.NetNSPath, func() {
+		mustBeRefused(t, "the proxy port, from a proxied sandbox dialling its gateway", atPort(proxied.HostIP))
+		// Its connection to the internet host is redirected to the port.
+		saw, err := dial(netip.AddrPortFrom(other.Addr, uint16(otherPort)).String(), netip.Addr{})
+		if err != nil || saw != proxied.SandboxIP.String() {
+			t.Errorf("a proxied sandbox's connection: %q, %v; want it redirected to the proxy port (which answers %s)", saw, err, proxied.SandboxIP)
+		}
+	})
+}
