@@ -26,7 +26,7 @@ generate:
 	PATH=$(CURDIR)/$(BIN)/tools:$$PATH protoc -I proto \
 	  --go_out=. --go_opt=module=github.com/warren-sandbox/warren \
 	  --connect-go_out=. --connect-go_opt=module=github.com/warren-sandbox/warren \
-	  envd/filesystem.proto envd/process.proto
+	  envd/filesystem.proto envd/process.proto node/v1/node.proto
 	cd api && $(GO) run $(OAPI_CODEGEN) -config codegen.yml openapi.yml
 
 # Installs what the tests need on a fresh Debian box.

@@ -100,6 +100,9 @@ var (
 	ErrTeamLimit        = errors.New("team sandbox limit reached")
 	ErrConflict         = errors.New("sandbox is changing state")
 	ErrVolumeNotFound   = errors.New("volume not found")
+	// ErrNodeUnavailable: the node that runs the sandbox (in a cluster)
+	// could not be asked now.
+	ErrNodeUnavailable = errors.New("node unavailable")
 )
 
 // Resources are a sandbox's limits.

@@ -1,0 +1,221 @@
+// Package noderpc is the internal RPC between a cluster's api and node
+// processes (proto/node/v1): the node side serves NodeService on its
+// sandbox manager, beside the sandbox traffic the api's proxy forwards to
+// it, both behind the cluster's authentication; the api side is a Client
+// per node that turns the node's errors back into the sandbox manager's
+// (so the api answers them as a single server would).
+package noderpc
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
+	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
+)
+
+// Sandboxes is what a node serves of its sandbox manager
+// (*sandbox.Manager).
+type Sandboxes interface {
+	Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error)
+	Kill(ctx context.Context, teamID, id string) error
+	SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error
+	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
+	Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error)
+	Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error)
+	ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
+	Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
+	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
+	UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error
+	NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error)
+}
+
+var _ Sandboxes = (*sandbox.Manager)(nil)
+
+// ClientAddrHeader carries, on forwarded sandbox traffic, the address of
+// the client the api's proxy took the request from: the node's proxy
+// budgets wrong tokens per client, not per api process. Only an
+// authenticated request's is believed.
+const ClientAddrHeader = "Warren-Client-Addr"
+
+// Handler is a node's internal address: NodeService on sbx and, for
+// every other path, the sandbox traffic an api's proxy forwards (served
+// by traffic, the node's own proxy). Nothing is served without the
+// cluster's authentication but GET /health without it (the probes'),
+// which says only that the node serves.
+func Handler(sbx Sandboxes, traffic http.Handler, auth *cluster.Auth) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(nodev1connect.NewNodeServiceHandler(service{sbx}))
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get(ClientAddrHeader); a != "" {
+			r.RemoteAddr = a
+		}
+		r.Header.Del(ClientAddrHeader)
+		traffic.ServeHTTP(w, r)
+	}))
+	authed := auth.Require(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get(cluster.AuthHeader) == "" {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
+}
+
+// service serves NodeService on a sandbox manager.
+type service struct{ m Sandboxes }
+
+var _ nodev1connect.NodeServiceHandler = service{}
+
+func ms(n int64) time.Duration               { return time.Duration(n) * time.Millisecond }
+func unixMS(n int64) time.Time               { return time.UnixMilli(n) }
+func reply[T any](m *T) *connect.Response[T] { return connect.NewResponse(m) }
+
+func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
+	r := req.Msg
+	cr := sandbox.CreateRequest{
+		TeamID: r.TeamId, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
+		Metadata: r.Metadata, EnvVars: r.EnvVars, AutoPause: r.AutoPause, AutoPauseMemory: r.AutoPauseMemory,
+		AutoResume: r.AutoResume, Secure: r.Secure, AllowInternetAccess: r.AllowInternetAccess,
+	}
+	for _, v := range r.VolumeMounts {
+		cr.VolumeMounts = append(cr.VolumeMounts, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
+	}
+	if r.ExtraJson != "" {
+		if err := json.Unmarshal([]byte(r.ExtraJson), &cr.Extra); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		}
+	}
+	if r.EgressProxyPassword != "" {
+		if cr.Extra.Network == nil || cr.Extra.Network.EgressProxy == nil {
+			return nil, toConnect(sandboxInvalid("an egress proxy password without an egress proxy"))
+		}
+		cr.Extra.Network.EgressProxy.Password = r.EgressProxyPassword
+	}
+	rec, err := s.m.Create(ctx, cr)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID}), nil
+}
+
+func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
+	return reply(&nodev1.KillSandboxResponse{}), toConnect(s.m.Kill(ctx, req.Msg.TeamId, req.Msg.SandboxId))
+}
+
+func (s service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
+	return reply(&nodev1.SetTimeoutResponse{}), toConnect(s.m.SetTimeout(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs)))
+}
+
+func (s service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
+	return reply(&nodev1.RefreshResponse{}), toConnect(s.m.Refresh(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.DurationMs)))
+}
+
+func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
+	_, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.ConnectResponse{Resumed: resumed}), nil
+}
+
+func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
+	paused, err := s.m.Pause(ctx, req.Msg.TeamId, req.Msg.SandboxId, req.Msg.KeepMemory)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.PauseResponse{Paused: paused}), nil
+}
+
+func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
+	r := req.Msg
+	_, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
+	return reply(&nodev1.ResumeResponse{}), toConnect(err)
+}
+
+func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
+	r := req.Msg
+	res, err := s.m.Fork(ctx, r.TeamId, r.SandboxId, ms(r.TimeoutMs), int(r.Count))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &nodev1.ForkResponse{}
+	for _, c := range res {
+		child := &nodev1.ForkChild{SandboxId: c.Sandbox.ID}
+		if c.Err != nil {
+			child = &nodev1.ForkChild{ErrorKind: kindOf(c.Err), ErrorMessage: c.Err.Error()}
+		}
+		out.Children = append(out.Children, child)
+	}
+	return reply(out), nil
+}
+
+func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
+	r := req.Msg
+	ms, err := s.m.Metrics(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), unixMS(r.EndUnixMs))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &nodev1.MetricsResponse{}
+	for _, m := range ms {
+		out.Metrics = append(out.Metrics, &nodev1.Metric{TimeUnixMs: m.Time.UnixMilli(), CpuCount: int32(m.CPUCount), CpuUsedPct: m.CPUUsedPct,
+			MemUsed: m.MemUsed, MemTotal: m.MemTotal, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal})
+	}
+	return reply(out), nil
+}
+
+func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
+	r := req.Msg
+	es, err := s.m.Logs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &nodev1.LogsResponse{}
+	for _, e := range es {
+		out.Entries = append(out.Entries, &nodev1.LogEntry{TimeUnixMs: e.Time.UnixMilli(), Level: e.Level, Message: e.Message, Fields: e.Fields, Line: e.Line})
+	}
+	return reply(out), nil
+}
+
+func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
+	r := req.Msg
+	var u sandbox.NetworkUpdate
+	if err := json.Unmarshal([]byte(r.UpdateJson), &u); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if r.EgressProxyPassword != "" {
+		if u.EgressProxy == nil {
+			return nil, toConnect(sandboxInvalid("an egress proxy password without an egress proxy"))
+		}
+		u.EgressProxy.Password = r.EgressProxyPassword
+	}
+	return reply(&nodev1.UpdateNetworkResponse{}), toConnect(s.m.UpdateNetwork(ctx, r.TeamId, r.SandboxId, u))
+}
+
+func (s service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
+	r := req.Msg
+	es, err := s.m.NetworkLogs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &nodev1.NetworkLogsResponse{}
+	for _, e := range es {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		out.EntriesJson = append(out.EntriesJson, string(b))
+	}
+	return reply(out), nil
+}
