@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -64,6 +65,10 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.NetworkCIDR, "network-cidr", "", "IPv4 range sandbox addresses come from (default: "+network.DefaultCIDR.String()+" for /var/lib/warren, else a /16 of 10.12-10.111 from the data dir's HASH)")
 	fs.StringVar(&f.NetworkPrefix, "network-prefix", "", "name prefix of network namespaces, veths and nftables tables (default: "+network.DefaultPrefix+" for /var/lib/warren, else xHASH)")
 	fs.StringVar(&f.NodeName, "node-name", "local", "this node's name in sandbox records")
+	fs.StringVar(&f.Role, "role", server.RoleAll, "what this process does: all (one box: API, proxy and sandboxes), api (API and proxy of a cluster, sandboxes on its nodes) or node (a cluster's sandboxes and builds, served to the api processes at --node-addr)")
+	fs.StringVar(&f.NodeAddr, "node-addr", "", "`HOST:PORT` where a --role node process serves the api processes (the internal RPC and forwarded sandbox traffic); they must reach it")
+	fs.StringVar(&f.ClusterSecretFile, "cluster-secret-file", "", "`FILE` holding the cluster secret that authenticates the processes of a cluster to each other (default: $WARREN_CLUSTER_SECRET)")
+	fs.DurationVar(&f.LostAfter, "lost-after", cluster.DefaultLostAfter, "a node not heard from for this long is lost: the api role places nothing there and reports its sandboxes gone")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")
 	fs.IntVar(&f.PoolSize, "pool-size", 2, "warm sandboxes always kept ready for the base template, the floor of its adaptive pool; 0: no warm pools at all")

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -120,5 +121,28 @@ func TestJSONBodiesAreCapped(t *testing.T) {
 	ok := `{"templateID":"base","metadata":{"k":"` + strings.Repeat("a", maxBody-100) + `"}}`
 	if w := hs.do("POST", "/sandboxes", keyTeam1, ok); w.Code != http.StatusCreated {
 		t.Errorf("a body under 1 MiB: %d %s", w.Code, w.Body.String())
+	}
+}
+
+// An api process of a cluster has no template service yet: its template
+// and snapshot routes answer 501 with an E2B body, and the rest serves.
+func TestNoTemplateService(t *testing.T) {
+	hs := newHarness(t, Config{})
+	hs.h = New(Config{Store: fakeStore{}, Sandboxes: hs.sandboxes, Logger: slog.New(slog.NewTextHandler(hs.log, nil))})
+	for _, r := range [][2]string{
+		{"GET", "/templates"}, {"POST", "/v3/templates"}, {"GET", "/templates/base"}, {"DELETE", "/templates/base"},
+		{"GET", "/snapshots"}, {"POST", "/sandboxes/sbx1/snapshots"},
+	} {
+		body := ""
+		if r[0] == "POST" {
+			body = `{"name":"x"}`
+		}
+		w := hs.do(r[0], r[1], keyTeam1, body)
+		if code, msg := errorBody(t, w); code != http.StatusNotImplemented || !strings.Contains(msg, "--role api") {
+			t.Errorf("%s %s: %d %q", r[0], r[1], code, msg)
+		}
+	}
+	if w := hs.do("GET", "/v2/sandboxes", keyTeam1, ""); w.Code != http.StatusOK {
+		t.Errorf("list sandboxes: %d", w.Code)
 	}
 }

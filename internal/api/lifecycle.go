@@ -145,7 +145,11 @@ func (s *Server) CreateSnapshot(w http.ResponseWriter, r *http.Request, id gen.S
 	if s.diskFull(w, r) {
 		return
 	}
-	ref, err := s.cfg.Templates.CreateSnapshot(r.Context(), teamOf(r), "", id, deref(body.Name))
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	ref, err := b.CreateSnapshot(r.Context(), teamOf(r), "", id, deref(body.Name))
 	if err != nil {
 		s.failSnapshot(w, r, err)
 		return
@@ -187,7 +191,11 @@ func (s *Server) ListSnapshots(w http.ResponseWriter, r *http.Request, params ge
 			return
 		}
 	}
-	refs, err := s.cfg.Templates.ListSnapshots(r.Context(), teamOf(r), deref(params.SandboxID), deref(params.Name), limit+1, after)
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	refs, err := b.ListSnapshots(r.Context(), teamOf(r), deref(params.SandboxID), deref(params.Name), limit+1, after)
 	if err != nil {
 		s.failTemplate(w, r, err)
 		return

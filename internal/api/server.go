@@ -64,7 +64,7 @@ const (
 type Config struct {
 	Store     store.Store
 	Sandboxes Sandboxes
-	// Templates builds and keeps templates.
+	// Templates builds and keeps templates; nil: their routes answer 501.
 	Templates Templates
 	// Secrets keeps the teams' secrets; nil: the secret endpoints answer 501.
 	Secrets Secrets
@@ -334,7 +334,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, sandbox.ErrTeamLimit):
 		writeError(w, http.StatusTooManyRequests, err.Error())
-	case errors.Is(err, sandbox.ErrNoCapacity):
+	case errors.Is(err, sandbox.ErrNoCapacity), errors.Is(err, sandbox.ErrNodeUnavailable):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client is gone; nobody reads the answer.

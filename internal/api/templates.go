@@ -46,7 +46,10 @@ func int32OrZero(p *int32) int {
 }
 
 func (s *Server) CreateTemplateV3(w http.ResponseWriter, r *http.Request) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	var body gen.TemplateBuildRequestV3
 	if !readJSON(w, r, &body, false) {
 		return
@@ -94,7 +97,10 @@ func apiURL(r *http.Request) string {
 }
 
 func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	present, url, err := b.FileStatus(r.Context(), teamOf(r), templateID, hash, apiURL(r))
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -104,7 +110,10 @@ func (s *Server) GetTemplateFiles(w http.ResponseWriter, r *http.Request, templa
 }
 
 func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, hash string, params gen.UploadTemplateFilesParams) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	if s.diskFull(w, r) {
 		return
 	}
@@ -117,7 +126,10 @@ func (s *Server) UploadTemplateFiles(w http.ResponseWriter, r *http.Request, tem
 }
 
 func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	var body gen.TemplateBuildStartV2
 	if !readJSON(w, r, &body, false) {
 		return
@@ -150,7 +162,10 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 }
 
 func (s *Server) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID, params gen.GetTemplateBuildStatusParams) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	offset, limit := int32OrZero(params.LogsOffset), 100
 	if params.Limit != nil {
 		limit = int(*params.Limit)
@@ -200,7 +215,10 @@ func logEntries(l []store.BuildLogEntry) []gen.BuildLogEntry {
 }
 
 func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	var body gen.TemplateBuildRequest
 	if !readJSON(w, r, &body, false) {
 		return
@@ -254,7 +272,10 @@ func timeOrNil(t time.Time) *time.Time {
 }
 
 func (s *Server) ListTemplates(w http.ResponseWriter, r *http.Request, params gen.ListTemplatesParams) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	list, err := b.List(r.Context(), teamOf(r))
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -268,7 +289,10 @@ func (s *Server) ListTemplates(w http.ResponseWriter, r *http.Request, params ge
 }
 
 func (s *Server) GetTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	t, err := b.Get(r.Context(), teamOf(r), templateID)
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -291,7 +315,10 @@ func (s *Server) GetTemplate(w http.ResponseWriter, r *http.Request, templateID 
 }
 
 func (s *Server) DeleteTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	if err := b.Delete(r.Context(), teamOf(r), templateID); err != nil {
 		s.failTemplate(w, r, err)
 		return
@@ -307,7 +334,10 @@ type templateAlias struct {
 }
 
 func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias string) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	t, err := b.Alias(r.Context(), teamOf(r), alias)
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -317,7 +347,10 @@ func (s *Server) GetTemplateAlias(w http.ResponseWriter, r *http.Request, alias 
 }
 
 func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	var body gen.AssignTemplateTagsRequest
 	if !readJSON(w, r, &body, false) {
 		return
@@ -331,7 +364,10 @@ func (s *Server) AssignTemplateTags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	var body gen.DeleteTemplateTagsRequest
 	if !readJSON(w, r, &body, false) {
 		return
@@ -344,7 +380,10 @@ func (s *Server) DeleteTemplateTags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ListTemplateTags(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b := s.cfg.Templates
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
 	tags, err := b.Tags(r.Context(), teamOf(r), templateID)
 	if err != nil {
 		s.failTemplate(w, r, err)
@@ -355,4 +394,15 @@ func (s *Server) ListTemplateTags(w http.ResponseWriter, r *http.Request, templa
 		out = append(out, gen.TemplateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// templates is the template service, or false after a 501 where this
+// server has none (an api process of a cluster: templates are built on
+// nodes, not yet through it).
+func (s *Server) templates(w http.ResponseWriter) (Templates, bool) {
+	if s.cfg.Templates == nil {
+		writeError(w, http.StatusNotImplemented, "templates and snapshots are not served by a --role api process yet: build them on a --role all server")
+		return nil, false
+	}
+	return s.cfg.Templates, true
 }

@@ -5,9 +5,8 @@
 // node takes no new sandboxes, a draining one also pauses its running
 // sandboxes. Readers tell a lost node by its old heartbeat
 // (store.Node.Lost). A single `warren serve` is a cluster of one node.
-//
-// Not here yet (issue 17): the api and node roles, the internal RPC
-// between them, placement across nodes and routing the proxy to them.
+// Auth (auth.go) is how the processes of a cluster prove to each other
+// that they hold the cluster secret.
 package cluster
 
 import (

@@ -22,9 +22,11 @@ func TestMemberFollowsTheOperatorsState(t *testing.T) {
 	var running, drains atomic.Int64
 	running.Store(3)
 	cfg := Config{
-		Store:     st,
-		Node:      store.Node{Name: "n1", Address: "127.0.0.1:3010", Runtime: "runsc", CPUs: 2, MemoryMB: 4096, MaxSandboxes: 100},
-		Usage:     func() store.NodeUsage { return store.NodeUsage{Sandboxes: int(running.Load()), UsedCPUs: 2, UsedMemoryMB: 512} },
+		Store: st,
+		Node:  store.Node{Name: "n1", Address: "127.0.0.1:3010", Runtime: "runsc", CPUs: 2, MemoryMB: 4096, MaxSandboxes: 100},
+		Usage: func() store.NodeUsage {
+			return store.NodeUsage{Sandboxes: int(running.Load()), UsedCPUs: 2, UsedMemoryMB: 512}
+		},
 		Drain:     func(context.Context) (int, error) { drains.Add(1); running.Store(0); return 0, nil },
 		Heartbeat: 20 * time.Millisecond,
 	}

@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/resolvconf"
@@ -82,6 +82,16 @@ type Config struct {
 	// MetricsAddr is where Prometheus metrics are served (/metrics), on
 	// a listener of their own; empty: not served.
 	MetricsAddr string
+	// Role is RoleAll (default), RoleAPI or RoleNode (roles.go).
+	Role string
+	// NodeAddr is where a node serves the api processes.
+	NodeAddr string
+	// ClusterSecretFile holds the cluster secret (else
+	// $WARREN_CLUSTER_SECRET); api and node roles need one.
+	ClusterSecretFile string
+	// LostAfter is how long an api waits for a node's heartbeat before
+	// the node is lost.
+	LostAfter time.Duration
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -96,6 +106,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if out == nil {
 		out = os.Stdout
 	}
+	cl, err := checkRole(&cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Role == RoleAPI {
+		return runAPI(ctx, cfg, cl, log, out)
+	}
 	if err := checkRuntime(cfg.Runtime, cfg.InsecureRuntime); err != nil {
 		return err
 	}
@@ -103,31 +120,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	// Listen first: a taken port should fail before anything is started.
-	apiLn, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		return err
-	}
-	defer apiLn.Close()
-	proxyLn, err := net.Listen("tcp", cfg.ProxyAddr)
-	if err != nil {
-		return err
-	}
-	defer proxyLn.Close()
-	tlsLns, err := listenTLS(cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, ln := range tlsLns {
-			ln.Close()
+	// A node serves only its internal address (and metrics); the API and
+	// the proxy are its api processes'.
+	ls := &listeners{}
+	if cfg.Role == RoleNode {
+		if ls.metrics, err = listenMetrics(cfg); err != nil {
+			return err
 		}
-	}()
-	metricsLn, err := listenMetrics(cfg)
-	if err != nil {
+	} else if ls, err = listenPublic(cfg); err != nil {
 		return err
 	}
-	if metricsLn != nil {
-		defer metricsLn.Close()
+	defer ls.close()
+	var nodeLn net.Listener
+	if cfg.Role == RoleNode {
+		if nodeLn, err = net.Listen("tcp", cfg.NodeAddr); err != nil {
+			return fmt.Errorf("--node-addr: %w", err)
+		}
+		defer nodeLn.Close()
 	}
 	// Always collected (cheap); served only with --metrics-addr.
 	met := metrics.New()
@@ -154,13 +163,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	st = met.Store(st)
-	creds, err := auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
-	if err != nil {
-		return err
-	}
-	if creds != nil {
-		fmt.Fprintf(out, "First start: created an API key and an access token. They are shown only now, and kept in %s (mode 0600).\n", creds.File)
-		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
+	var creds *auth.Credentials
+	if cfg.Role == RoleAll { // a cluster's credentials are its api processes'
+		if creds, err = auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN")); err != nil {
+			return err
+		}
+		printCredentials(out, creds)
 	}
 
 	images, err := openImages(cfg)
@@ -171,8 +179,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sealer, err := secret.LoadSealer(cfg.DataDir)
-	if err != nil {
+	// Team secrets are sealed under the node key, or in a cluster under
+	// the cluster secret, which every process holds.
+	var sealer *secret.Sealer
+	if cl != nil {
+		sealer = cl.sealer
+	} else if sealer, err = secret.LoadSealer(cfg.DataDir); err != nil {
 		return err
 	}
 	secrets := secret.New(st, sealer)
@@ -245,7 +257,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// operator set; closed (heartbeats stop) before the manager.
 	member, err = cluster.Join(ctx, cluster.Config{
 		Store: st, Logger: log, Usage: mgr.Usage, Drain: mgr.Drain,
-		Node: store.Node{Name: cfg.NodeName, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB, MaxSandboxes: cfg.MaxSandboxes},
+		Node: store.Node{Name: cfg.NodeName, Address: cfg.NodeAddr, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB, MaxSandboxes: cfg.MaxSandboxes},
 	})
 	if err != nil {
 		return err
@@ -262,55 +274,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	go eg.sweep(ctx, st, log)
 
+	proxyHandler := met.Proxy(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
+	if cfg.Role == RoleNode {
+		srvs := []served{{proxy.NewHTTPServer(noderpc.Handler(mgr, proxyHandler, cl.auth)), nodeLn, false}}
+		if ls.metrics != nil {
+			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
+		}
+		log.Info("warren is serving (role node)", "node", cfg.NodeName, "node_addr", nodeLn.Addr().String(), "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+		return serveUntil(ctx, log, srvs)
+	}
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
 		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
-	proxyHandler := met.Proxy(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
-	proxySrv := proxy.NewHTTPServer(proxyHandler)
-	var tlsSrv *http.Server
+	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
 	var certs *ingress.Certs
-	if len(tlsLns) > 0 {
+	if len(ls.tls) > 0 {
 		if certs, err = ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir}); err != nil {
 			return err
 		}
-		tlsSrv = proxy.NewHTTPServer(proxyHandler)
+		tlsSrv := proxy.NewHTTPServer(proxyHandler)
 		tlsSrv.TLSConfig = certs.TLSConfig()
+		for _, ln := range ls.tls {
+			srvs = append(srvs, served{tlsSrv, ln, true})
+		}
 	}
-	errc := make(chan error, 3+len(tlsLns))
-	go func() { errc <- apiSrv.Serve(apiLn) }()
-	go func() { errc <- proxySrv.Serve(proxyLn) }()
-	for _, ln := range tlsLns {
-		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
-	}
-	metricsSrv := met.NewHTTPServer()
 	metricsURL := ""
-	if metricsLn != nil {
-		go func() { errc <- metricsSrv.Serve(metricsLn) }()
-		metricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
+	if ls.metrics != nil {
+		srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
+		metricsURL = "http://" + ls.metrics.Addr().String() + "/metrics"
 	}
-	log.Info("warren is serving", "api", "http://"+apiLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(),
-		"proxy_tls", tlsAddrs(tlsLns), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
-	printExports(out, cfg, apiLn.Addr(), proxyLn.Addr(), creds, tlsLns, certs)
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	log.Info("shutting down; running sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = apiSrv.Shutdown(sctx)
-	_ = metricsSrv.Close()
-	// Sandbox streams (a command's output) may be open for hours: don't wait.
-	_ = proxySrv.Close()
-	if tlsSrv != nil {
-		_ = tlsSrv.Close()
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	log.Info("warren is serving", "api", "http://"+ls.api.Addr().String(), "proxy", "http://"+ls.proxy.Addr().String(),
+		"proxy_tls", tlsAddrs(ls.tls), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
+	return serveUntil(ctx, log, srvs)
 }
 
 // printExports prints the settings the E2B SDK needs to reach this

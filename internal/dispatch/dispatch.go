@@ -1,0 +1,442 @@
+// Package dispatch is the sandbox service of an api process (`warren
+// serve --role api`): it places each create on a node (placement.go),
+// sends every other call about a sandbox to the node that runs it
+// (internal/noderpc), answers reads from the shared store, and tells the
+// proxy which node a sandbox's traffic goes to.
+//
+// A sandbox lives on one node: its processes, memory and checkpoint are
+// that node's. When the node is lost (no heartbeat for LostAfter), its
+// sandboxes are gone to the API (404, not a hang) until the node comes
+// back and adopts them again; a paused sandbox's checkpoint stays on its
+// node's data dir, so it resumes there only.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/noderpc"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Config wires a Dispatcher.
+type Config struct {
+	Store store.Store
+	// Transport reaches the nodes, authenticated (noderpc.NewTransport).
+	Transport http.RoundTripper
+	// LostAfter is how old a node's heartbeat may be before it is lost;
+	// default cluster.DefaultLostAfter.
+	LostAfter time.Duration
+	// MaxPerTeam bounds a team's running sandboxes across the cluster
+	// (0: no bound here; each node applies its own too).
+	MaxPerTeam int
+	Logger     *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Dispatcher implements the API's sandbox service over the cluster's
+// nodes.
+type Dispatcher struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*noderpc.Client // by name and address
+	nodes   []store.Node
+	nodesAt time.Time
+	// placed is when creates went to each node: those after its last
+	// heartbeat are not in its figures yet (placement.go).
+	placed map[string][]time.Time
+	// inflight is the creates under way on each node.
+	inflight map[string]int
+	routes   map[string]route
+}
+
+// route is a sandbox's node address, as the proxy last looked it up.
+type route struct {
+	addr string
+	at   time.Time
+}
+
+// nodesTTL and routeTTL are how long the node list and a sandbox's route
+// are reused: a lost node or a killed sandbox is noticed within them.
+const (
+	nodesTTL = 500 * time.Millisecond
+	routeTTL = time.Second
+)
+
+// New returns a Dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Store == nil || cfg.Transport == nil {
+		return nil, errors.New("dispatch: Store and Transport are required")
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = cluster.DefaultLostAfter
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, clients: map[string]*noderpc.Client{},
+		placed: map[string][]time.Time{}, inflight: map[string]int{}, routes: map[string]route{}}, nil
+}
+
+// nodeList is the cluster's nodes, read at most every nodesTTL.
+func (d *Dispatcher) nodeList(ctx context.Context) ([]store.Node, error) {
+	d.mu.Lock()
+	if d.nodes != nil && d.cfg.Now().Sub(d.nodesAt) < nodesTTL {
+		ns := d.nodes
+		d.mu.Unlock()
+		return ns, nil
+	}
+	d.mu.Unlock()
+	ns, err := d.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.nodes, d.nodesAt = ns, d.cfg.Now()
+	d.mu.Unlock()
+	return ns, nil
+}
+
+// liveNode is node name's record, if it is heard from and has an
+// address; else ErrNotFound for the sandbox id on it.
+func (d *Dispatcher) liveNode(ctx context.Context, name, id string) (store.Node, error) {
+	ns, err := d.nodeList(ctx)
+	if err != nil {
+		return store.Node{}, err
+	}
+	for _, n := range ns {
+		if n.Name != name {
+			continue
+		}
+		if n.Lost(d.cfg.Now(), d.cfg.LostAfter) {
+			return store.Node{}, fmt.Errorf("%w: %s (its node %s is lost: no heartbeat since %s)", sandbox.ErrNotFound, id, name, n.HeartbeatAt.UTC().Format(time.RFC3339))
+		}
+		if n.Address == "" {
+			return store.Node{}, fmt.Errorf("%w: %s (its node %s has no internal address: a --role all server's sandboxes are its own)", sandbox.ErrNotFound, id, name)
+		}
+		return n, nil
+	}
+	return store.Node{}, fmt.Errorf("%w: %s (its node %s is not registered)", sandbox.ErrNotFound, id, name)
+}
+
+// client is the RPC client of node n.
+func (d *Dispatcher) client(n store.Node) *noderpc.Client {
+	key := n.Name + "@" + n.Address
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.clients[key]
+	if c == nil {
+		c = noderpc.NewClient(n.Name, n.Address, d.cfg.Transport)
+		d.clients[key] = c
+	}
+	return c
+}
+
+func visible(s store.SandboxState) bool {
+	return s == store.StateRunning || s == store.StatePaused
+}
+
+// Get returns a team's sandbox: running or paused, on a node that is not
+// lost.
+func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+	rec, err := d.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
+		return store.Sandbox{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if _, err := d.liveNode(ctx, rec.Node, id); err != nil {
+		return store.Sandbox{}, err
+	}
+	return rec, nil
+}
+
+// List returns a team's sandboxes matching f, but those on lost nodes.
+func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
+	f.TeamID = teamID
+	if len(f.States) == 0 {
+		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
+	}
+	recs, err := d.cfg.Store.ListSandboxes(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if _, err := d.liveNode(ctx, r.Node, r.ID); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// on finds a team's sandbox and the client of its node.
+func (d *Dispatcher) on(ctx context.Context, teamID, id string) (*noderpc.Client, error) {
+	rec, err := d.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
+		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.liveNode(ctx, rec.Node, id)
+	if err != nil {
+		return nil, err
+	}
+	return d.client(n), nil
+}
+
+// Create places a sandbox on the best node that takes it.
+func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
+	if d.cfg.MaxPerTeam > 0 {
+		running, err := d.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: req.TeamID, States: []store.SandboxState{store.StateRunning}})
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		if len(running) >= d.cfg.MaxPerTeam {
+			return store.Sandbox{}, fmt.Errorf("%w: the team runs %d sandboxes, its most (--max-per-team)", sandbox.ErrTeamLimit, len(running))
+		}
+	}
+	ns, err := d.nodeList(ctx)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	d.mu.Lock()
+	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
+	d.mu.Unlock()
+	if len(cands) == 0 {
+		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
+	}
+	var refusals []string
+	for _, n := range cands {
+		id, err := d.createOn(ctx, n, req)
+		if err == nil {
+			return d.cfg.Store.GetSandbox(ctx, id)
+		}
+		if !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable) {
+			return store.Sandbox{}, err
+		}
+		d.log.InfoContext(ctx, "dispatch: node did not take the sandbox, trying the next", "node", n.Name, "err", err)
+		refusals = append(refusals, n.Name+": "+err.Error())
+	}
+	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
+}
+
+func (d *Dispatcher) createOn(ctx context.Context, n store.Node, req sandbox.CreateRequest) (string, error) {
+	d.mu.Lock()
+	d.inflight[n.Name]++
+	d.mu.Unlock()
+	id, err := d.client(n).Create(ctx, req)
+	d.mu.Lock()
+	d.inflight[n.Name]--
+	if err == nil {
+		d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
+	}
+	d.mu.Unlock()
+	return id, err
+}
+
+// pendingLocked is how many sandboxes node n holds beyond its last
+// heartbeat's count: creates under way, and those placed after the
+// heartbeat.
+func (d *Dispatcher) pendingLocked(n store.Node) int {
+	kept := d.placed[n.Name][:0]
+	for _, t := range d.placed[n.Name] {
+		if t.After(n.HeartbeatAt) {
+			kept = append(kept, t)
+		}
+	}
+	d.placed[n.Name] = kept
+	return d.inflight[n.Name] + len(kept)
+}
+
+func (d *Dispatcher) Kill(ctx context.Context, teamID, id string) error {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	d.forget(id)
+	return c.Kill(ctx, teamID, id)
+}
+
+func (d *Dispatcher) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	return c.SetTimeout(ctx, teamID, id, timeout)
+}
+
+func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Duration) error {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	return c.Refresh(ctx, teamID, id, dur)
+}
+
+func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	resumed, err := c.Connect(ctx, teamID, id, timeout, memory)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	rec, err := d.cfg.Store.GetSandbox(ctx, id)
+	return rec, resumed, err
+}
+
+func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return false, err
+	}
+	d.forget(id)
+	return c.Pause(ctx, teamID, id, keepMemory)
+}
+
+func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := c.Resume(ctx, teamID, id, opts); err != nil {
+		return store.Sandbox{}, err
+	}
+	return d.cfg.Store.GetSandbox(ctx, id)
+}
+
+// Fork forks on the parent's node: the checkpoint is there.
+func (d *Dispatcher) Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	children, err := c.Fork(ctx, teamID, id, timeout, count)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.ForkResult, len(children))
+	for i, ch := range children {
+		if ch.Err != nil {
+			out[i].Err = ch.Err
+			continue
+		}
+		out[i].Sandbox, out[i].Err = d.cfg.Store.GetSandbox(ctx, ch.ID)
+	}
+	return out, nil
+}
+
+func (d *Dispatcher) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Metrics(ctx, teamID, id, start, end)
+}
+
+func (d *Dispatcher) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Logs(ctx, teamID, id, start, limit)
+}
+
+func (d *Dispatcher) UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	return c.UpdateNetwork(ctx, teamID, id, u)
+}
+
+func (d *Dispatcher) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	c, err := d.on(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.NetworkLogs(ctx, teamID, id, start, limit)
+}
+
+// Locate is the internal address of the node that runs sandbox id, for
+// the proxy: proxy.ErrNotFound when it is gone, paused without resuming
+// on traffic, or on a lost node. Answers are reused for routeTTL.
+func (d *Dispatcher) Locate(ctx context.Context, id string) (string, error) {
+	now := d.cfg.Now()
+	d.mu.Lock()
+	r, ok := d.routes[id]
+	d.mu.Unlock()
+	if ok && now.Sub(r.at) < routeTTL {
+		return r.addr, nil
+	}
+	rec, err := d.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !routable(rec)) {
+		return "", proxy.ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	n, err := d.liveNode(ctx, rec.Node, id)
+	if err != nil {
+		return "", proxy.ErrNotFound
+	}
+	d.mu.Lock()
+	if len(d.routes) > 10000 { // bounded: old entries are only a cache
+		clear(d.routes)
+	}
+	d.routes[id] = route{addr: n.Address, at: now}
+	d.mu.Unlock()
+	return n.Address, nil
+}
+
+// routable: the proxy reaches a running sandbox, and a paused one that
+// resumes on traffic.
+func routable(rec store.Sandbox) bool {
+	return rec.State == store.StateRunning || rec.State == store.StatePaused && rec.AutoResume
+}
+
+func (d *Dispatcher) forget(id string) {
+	d.mu.Lock()
+	delete(d.routes, id)
+	d.mu.Unlock()
+}
+
+// SignedBy finds the sandbox whose envd token signed a URL among the
+// cluster's routable sandboxes, asking signed of every one (the time
+// taken tells nothing of which matched).
+func (d *Dispatcher) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
+	recs, err := d.cfg.Store.ListSandboxes(context.Background(), store.SandboxFilter{States: []store.SandboxState{store.StateRunning, store.StatePaused}})
+	if err != nil {
+		return "", err
+	}
+	found := ""
+	for _, r := range recs {
+		if routable(r) && signed(r.EnvdAccessToken) && found == "" {
+			found = r.ID
+		}
+	}
+	if found == "" {
+		return "", proxy.ErrNotFound
+	}
+	return found, nil
+}

@@ -1,0 +1,354 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/noderpc"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// fakeNode is a node's sandbox manager over the shared store: creates
+// write records placed on it, the other calls record what they were
+// asked, and err, when set, is every call's answer.
+type fakeNode struct {
+	name string
+	st   store.Store
+	mu   sync.Mutex
+	n    int
+	err  error
+	// asked lists "call team id".
+	asked []string
+}
+
+func (f *fakeNode) note(call, team, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, call+" "+team+" "+id)
+	return f.err
+}
+
+func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
+	f.mu.Lock()
+	f.n++
+	id := fmt.Sprintf("%s%d", f.name, f.n)
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	rec := store.Sandbox{ID: id, TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, Node: f.name,
+		StartedAt: time.Now(), EndAt: time.Now().Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata}
+	return rec, f.st.CreateSandbox(ctx, rec)
+}
+func (f *fakeNode) Kill(ctx context.Context, team, id string) error { return f.note("kill", team, id) }
+func (f *fakeNode) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
+	return f.note("timeout", team, id)
+}
+func (f *fakeNode) Refresh(ctx context.Context, team, id string, d time.Duration) error {
+	return f.note("refresh", team, id)
+}
+func (f *fakeNode) Connect(ctx context.Context, team, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+	return store.Sandbox{}, true, f.note("connect", team, id)
+}
+func (f *fakeNode) Pause(ctx context.Context, team, id string, keep bool) (bool, error) {
+	return true, f.note("pause", team, id)
+}
+func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+	return store.Sandbox{}, f.note("resume", team, id)
+}
+func (f *fakeNode) Fork(ctx context.Context, team, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+	return nil, f.note("fork", team, id)
+}
+func (f *fakeNode) Metrics(ctx context.Context, team, id string, start, end time.Time) ([]sandbox.Metric, error) {
+	return []sandbox.Metric{{Time: start, CPUCount: 2, MemUsed: 7}}, f.note("metrics", team, id)
+}
+func (f *fakeNode) Logs(ctx context.Context, team, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+	return nil, f.note("logs", team, id)
+}
+func (f *fakeNode) UpdateNetwork(ctx context.Context, team, id string, u sandbox.NetworkUpdate) error {
+	return f.note("network", team, id)
+}
+func (f *fakeNode) NetworkLogs(ctx context.Context, team, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	return nil, f.note("networklogs", team, id)
+}
+
+func (f *fakeNode) set(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+type cluster2 struct {
+	st     store.Store
+	d      *Dispatcher
+	nodes  map[string]*fakeNode
+	now    time.Time
+	beatAt time.Time
+}
+
+// newCluster2 runs two fake nodes behind the real internal handler and
+// a Dispatcher that reaches them with the cluster secret.
+func newCluster2(t *testing.T) *cluster2 {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, team := range []string{"t1", "t2"} {
+		if err := st.CreateTeam(ctx, store.Team{ID: team, Name: team, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth, err := cluster.NewAuth([]byte(strings.Repeat("c", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster2{st: st, nodes: map[string]*fakeNode{}, now: time.Now()}
+	c.beatAt = c.now
+	for _, name := range []string{"na", "nb"} {
+		f := &fakeNode{name: name, st: st}
+		traffic := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "%s %s %s", name, r.Header.Get("E2b-Sandbox-Id"), r.RemoteAddr)
+		})
+		srv := httptest.NewServer(noderpc.Handler(f, traffic, auth))
+		t.Cleanup(srv.Close)
+		c.nodes[name] = f
+		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
+			MaxSandboxes: 10, RegisteredAt: c.now, HeartbeatAt: c.now}
+		if err := st.RegisterNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.d, err = New(Config{Store: st, Transport: noderpc.NewTransport(auth), Now: func() time.Time { return c.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// later moves the clock past the node list's cache.
+func (c *cluster2) later(d time.Duration) { c.now = c.now.Add(d) }
+
+func TestDispatcherPlacesAndRoutes(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	d := c.d
+	on := map[string]int{}
+	var ids []string
+	for range 6 {
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		on[rec.Node]++
+		ids = append(ids, rec.ID)
+	}
+	// No heartbeat since: the creates it has not counted spread them.
+	if on["na"] != 3 || on["nb"] != 3 {
+		t.Fatalf("placed %v, want 3 on each", on)
+	}
+
+	// Calls go to the sandbox's node, for its team only.
+	id := ids[0]
+	home := c.nodes[strings.TrimRight(id, "0123456789")]
+	if err := d.Kill(ctx, "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Kill(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("another team's kill: %v", err)
+	}
+	if _, err := d.Get(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("another team's get: %v", err)
+	}
+	if got := strings.Join(home.asked, ","); got != "kill t1 "+id {
+		t.Fatalf("the node was asked %q", got)
+	}
+	ms, err := d.Metrics(ctx, "t1", id, time.UnixMilli(1000), time.UnixMilli(2000))
+	if err != nil || len(ms) != 1 || ms[0].MemUsed != 7 || !ms[0].Time.Equal(time.UnixMilli(1000)) {
+		t.Fatalf("metrics %+v %v", ms, err)
+	}
+
+	// A node's refusal comes back as the manager's error, message and all.
+	home.set(fmt.Errorf("%w: sandbox %s is being paused", sandbox.ErrConflict, id))
+	if _, err := d.Pause(ctx, "t1", id, true); !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "is being paused") {
+		t.Fatalf("pause: %v", err)
+	}
+	home.set(&sandbox.ResumeError{ID: id, Step: "restore", Err: errors.New("runsc restore: exit 1")})
+	var re *sandbox.ResumeError
+	if _, err := d.ResumeSandbox(ctx, "t1", id, sandbox.ResumeOptions{}); !errors.As(err, &re) || re.Step != "restore" || re.ID != id {
+		t.Fatalf("resume: %v", err)
+	}
+	home.set(errors.New("disk on fire"))
+	if err := d.SetTimeout(ctx, "t1", id, time.Minute); err == nil || !kindless(err) {
+		t.Fatalf("an unknown error: %v", err)
+	}
+	home.set(nil)
+
+	// The proxy's lookups.
+	addr, err := d.Locate(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.cfg.Transport.RoundTrip(mustRequest(t, "http://"+addr+"/files", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("forwarded traffic: %d", res.StatusCode)
+	}
+	if _, err := d.Locate(ctx, "nosuch"); !errors.Is(err, proxy.ErrNotFound) {
+		t.Fatalf("locate unknown: %v", err)
+	}
+	got, err := d.SignedBy(func(token string) bool { return token == "token-"+ids[3] })
+	if err != nil || got != ids[3] {
+		t.Fatalf("signed by %q %v", got, err)
+	}
+	if _, err := d.SignedBy(func(string) bool { return false }); !errors.Is(err, proxy.ErrNotFound) {
+		t.Fatalf("signed by nobody: %v", err)
+	}
+}
+
+func kindless(err error) bool {
+	for _, k := range []error{sandbox.ErrNotFound, sandbox.ErrInvalid, sandbox.ErrConflict, sandbox.ErrNoCapacity, sandbox.ErrNodeUnavailable} {
+		if errors.Is(err, k) {
+			return false
+		}
+	}
+	return true
+}
+
+func mustRequest(t *testing.T, url, id string) *http.Request {
+	r, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("E2b-Sandbox-Id", id)
+	r.Header.Set("E2b-Sandbox-Port", "49983")
+	return r
+}
+
+func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	d := c.d
+	// A full node's refusal sends the create to the other.
+	c.nodes["na"].set(fmt.Errorf("%w: node na is full", sandbox.ErrNoCapacity))
+	for range 3 {
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		if err != nil || rec.Node != "nb" {
+			t.Fatalf("create with na full: %+v %v", rec, err)
+		}
+	}
+	c.nodes["nb"].set(fmt.Errorf("%w: node nb is full", sandbox.ErrNoCapacity))
+	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
+		t.Fatalf("a full cluster: %v", err)
+	}
+	c.nodes["na"].set(nil)
+	c.nodes["nb"].set(nil)
+
+	recs, err := d.List(ctx, "t1", store.SandboxFilter{})
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("list: %d %v", len(recs), err)
+	}
+	// nb goes quiet: past the lost timeout its sandboxes are gone, and
+	// creates go to na.
+	if _, err := c.st.HeartbeatNode(ctx, "na", c.now.Add(cluster.DefaultLostAfter), store.NodeUsage{}); err != nil {
+		t.Fatal(err)
+	}
+	c.later(cluster.DefaultLostAfter + time.Second)
+	if _, err := d.Get(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("get on a lost node: %v", err)
+	}
+	if err := d.Kill(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("kill on a lost node: %v", err)
+	}
+	if _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
+		t.Fatalf("locate on a lost node: %v", err)
+	}
+	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 0 {
+		t.Fatalf("list shows %d sandboxes of a lost node", len(recs))
+	}
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	if err != nil || rec.Node != "na" {
+		t.Fatalf("create with nb lost: %+v %v", rec, err)
+	}
+	// Cordoned, na takes nothing either: no node is ready.
+	if err := c.st.SetNodeState(ctx, "na", store.NodeCordoned); err != nil {
+		t.Fatal(err)
+	}
+	c.later(time.Second)
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
+		t.Fatalf("create with no node ready: %v", err)
+	}
+}
+
+func TestDispatcherNeedsTheClusterSecret(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	wrong, _ := cluster.NewAuth([]byte(strings.Repeat("w", 32)))
+	d, err := New(Config{Store: c.st, Transport: noderpc.NewTransport(wrong), Now: func() time.Time { return c.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("create with the wrong secret: %v", err)
+	}
+	for name, f := range c.nodes {
+		if f.n != 0 {
+			t.Errorf("node %s made %d sandboxes for a request without the secret", name, f.n)
+		}
+	}
+}
+
+func TestOrder(t *testing.T) {
+	now := time.Now()
+	n := func(name string, state store.NodeState, held, maxSb, usedMB int, beat time.Time) store.Node {
+		return store.Node{Name: name, Address: name + ":1", State: state, MaxSandboxes: maxSb, MemoryMB: 8192, HeartbeatAt: beat,
+			NodeUsage: store.NodeUsage{Sandboxes: held, UsedMemoryMB: usedMB}}
+	}
+	nodes := []store.Node{
+		n("busy", store.NodeReady, 8, 10, 4096, now),
+		n("idle", store.NodeReady, 1, 10, 512, now),
+		n("full", store.NodeReady, 10, 10, 8000, now),
+		n("cordoned", store.NodeCordoned, 0, 10, 0, now),
+		n("draining", store.NodeDraining, 0, 10, 0, now),
+		n("lost", store.NodeReady, 0, 10, 0, now.Add(-time.Minute)),
+		n("twin", store.NodeReady, 1, 10, 256, now),
+		{Name: "noaddr", State: store.NodeReady, MaxSandboxes: 10, MemoryMB: 8192, HeartbeatAt: now},
+	}
+	names := func(pending map[string]int) string {
+		var s []string
+		for _, n := range order(nodes, now, 10*time.Second, func(n store.Node) int { return pending[n.Name] }) {
+			s = append(s, n.Name)
+		}
+		return strings.Join(s, " ")
+	}
+	if got := names(nil); got != "twin idle busy" {
+		t.Errorf("order %q", got)
+	}
+	// Sandboxes placed since the heartbeat count.
+	if got := names(map[string]int{"twin": 1, "idle": 0}); got != "idle twin busy" {
+		t.Errorf("order with pending %q", got)
+	}
+	if got := names(map[string]int{"busy": 2}); got != "twin idle" {
+		t.Errorf("a node full with its pending creates: %q", got)
+	}
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/filesig"
+)
+
+// forwardSetup runs a Forwarder whose sandbox "sbx1" is on node, and
+// "gone" on no node.
+func forwardSetup(t *testing.T, node http.Handler) (string, *Forwarder) {
+	t.Helper()
+	ns := httptest.NewServer(node)
+	t.Cleanup(ns.Close)
+	f := NewForwarder(ForwardConfig{
+		Domain: "localhost",
+		Locate: func(ctx context.Context, id string) (string, error) {
+			if id == "sbx1" {
+				return strings.TrimPrefix(ns.URL, "http://"), nil
+			}
+			return "", ErrNotFound
+		},
+		SignedBy: func(signed func(string) bool) (string, error) {
+			if signed("token1") {
+				return "sbx1", nil
+			}
+			return "", ErrNotFound
+		},
+		Transport:        http.DefaultTransport,
+		ClientAddrHeader: "Warren-Client-Addr",
+	})
+	fs := httptest.NewServer(f)
+	t.Cleanup(fs.Close)
+	return fs.URL, f
+}
+
+func TestForwardsToTheSandboxesNode(t *testing.T) {
+	fu, _ := forwardSetup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		json.NewEncoder(w).Encode(map[string]string{
+			"host": r.Host, "id": r.Header.Get("E2b-Sandbox-Id"), "port": r.Header.Get("E2b-Sandbox-Port"),
+			"client": r.Header.Get("Warren-Client-Addr"), "uri": r.RequestURI, "body": string(b),
+		})
+	}))
+	req, _ := http.NewRequest("POST", fu+"/a/b?c=d", strings.NewReader("payload"))
+	req.Host = "8000-sbx1.localhost"
+	req.Header.Set("Warren-Client-Addr", "6.6.6.6:1") // a client's own is replaced
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got map[string]string
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got["host"] != "8000-sbx1.localhost" || got["id"] != "sbx1" || got["port"] != "8000" || got["uri"] != "/a/b?c=d" || got["body"] != "payload" {
+		t.Errorf("the node got %v", got)
+	}
+	if !strings.HasPrefix(got["client"], "127.0.0.1:") {
+		t.Errorf("client address %q, want the forwarder's client's", got["client"])
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	fu, _ := forwardSetup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	get := func(host, path string) (int, string) {
+		req, _ := http.NewRequest("GET", fu+path, nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("8000-gone.localhost", "/"); code != http.StatusBadGateway || !strings.Contains(body, "The sandbox was not found") {
+		t.Errorf("a sandbox on no node: %d %s", code, body)
+	}
+	if code, body := get("nohost", "/"); code != http.StatusBadRequest || !strings.Contains(body, "cannot tell the sandbox") {
+		t.Errorf("no route: %d %s", code, body)
+	}
+	// A signed URL names no sandbox: the signature finds it.
+	exp := time.Now().Add(time.Minute).Unix()
+	sig := filesig.Signature("/f", filesig.Read, "", "token1", &exp)
+	if code, _ := get("127.0.0.1", fmt.Sprintf("/files?path=/f&signature=%s&signature_expiration=%d", url.QueryEscape(sig), exp)); code != http.StatusOK {
+		t.Errorf("a signed URL: %d", code)
+	}
+	// Wrong signatures spend the client's budget, then are refused before
+	// any is checked.
+	codes := map[int]int{}
+	for range authFailureBurst + 2 {
+		code, _ := get("127.0.0.1", "/files?path=/f&signature=v1_wrong")
+		codes[code]++
+	}
+	if codes[http.StatusUnauthorized] != authFailureBurst || codes[http.StatusTooManyRequests] != 2 {
+		t.Errorf("wrong signatures answered %v", codes)
+	}
+}
+
+func TestForwardToADeadNode(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	f := NewForwarder(ForwardConfig{
+		Domain:           "localhost",
+		Locate:           func(context.Context, string) (string, error) { return addr, nil },
+		SignedBy:         func(func(string) bool) (string, error) { return "", ErrNotFound },
+		Transport:        http.DefaultTransport,
+		ClientAddrHeader: "Warren-Client-Addr",
+	})
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "http://8000-sbx1.localhost/", nil)
+	f.ServeHTTP(w, r)
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "node did not answer") {
+		t.Errorf("dead node: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestForwardsWebSockets(t *testing.T) {
+	fu, _ := forwardSetup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		rw.Flush()
+		io.Copy(conn, rw)
+	}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(fu, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: 8000-sbx1.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	io.WriteString(conn, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("echo: %q %v", buf, err)
+	}
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/api"
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/dispatch"
+	"github.com/warren-sandbox/warren/internal/hostres"
+	"github.com/warren-sandbox/warren/internal/ingress"
+	"github.com/warren-sandbox/warren/internal/metrics"
+	"github.com/warren-sandbox/warren/internal/noderpc"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/secret"
+	"github.com/warren-sandbox/warren/internal/setup"
+)
+
+// The roles of `warren serve --role`.
+const (
+	// RoleAll is one box: the API, the proxy and the sandboxes in one
+	// process, without a network hop between them.
+	RoleAll = "all"
+	// RoleAPI serves the platform API and the sandbox proxy of a cluster;
+	// its sandboxes run on the nodes (internal/dispatch).
+	RoleAPI = "api"
+	// RoleNode runs a cluster's sandboxes and serves them to the api
+	// processes at --node-addr (internal/noderpc).
+	RoleNode = "node"
+)
+
+// clusterParts is what the api and node roles share: the cluster's
+// request authentication and the sealer of team secrets, both from the
+// cluster secret.
+type clusterParts struct {
+	auth   *cluster.Auth
+	sealer *secret.Sealer
+}
+
+// checkRole validates the role's settings; for the api and node roles it
+// returns the cluster parts.
+func checkRole(cfg *Config) (*clusterParts, error) {
+	if cfg.Role == "" {
+		cfg.Role = RoleAll
+	}
+	switch cfg.Role {
+	case RoleAll:
+		if cfg.NodeAddr != "" {
+			return nil, errors.New("--node-addr is for --role node: a --role all server serves its own sandboxes")
+		}
+		return nil, nil
+	case RoleAPI, RoleNode:
+	default:
+		return nil, fmt.Errorf("--role %q: want all, api or node", cfg.Role)
+	}
+	if !strings.HasPrefix(cfg.StoreURL, "postgres://") && !strings.HasPrefix(cfg.StoreURL, "postgresql://") {
+		return nil, fmt.Errorf("--role %s shares its state with the cluster's other processes: give --store postgres://… (SQLite is one process's file)", cfg.Role)
+	}
+	if cfg.Role == RoleNode && cfg.NodeAddr == "" {
+		return nil, errors.New("--role node needs --node-addr HOST:PORT, where the api processes reach it")
+	}
+	if cfg.Role == RoleNode && cfg.NodeName == "local" {
+		return nil, errors.New("--role node needs its own --node-name, unique in the cluster")
+	}
+	if cfg.Role == RoleAPI && cfg.NodeAddr != "" {
+		return nil, errors.New("--node-addr is for --role node")
+	}
+	secretBytes, err := cluster.LoadSecret(cfg.ClusterSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	if secretBytes == nil {
+		return nil, fmt.Errorf("--role %s needs the cluster secret: --cluster-secret-file FILE or WARREN_CLUSTER_SECRET (the same in every process, e.g. `openssl rand -hex 32`)", cfg.Role)
+	}
+	a, err := cluster.NewAuth(secretBytes)
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := secret.SealerFromClusterSecret(secretBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterParts{auth: a, sealer: sealer}, nil
+}
+
+// runAPI serves the platform API and the sandbox proxy of a cluster: no
+// runtime, network or image store here; every sandbox call goes to the
+// sandbox's node, and the proxy forwards to it.
+func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger, out io.Writer) error {
+	ls, err := listenPublic(cfg)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
+	met := metrics.New()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
+		return err
+	} else if changed != "" {
+		log.Warn("data dir secured", "dir", cfg.DataDir, "changed", changed)
+	}
+	st, err := OpenStore(ctx, cfg.DataDir, cfg.StoreURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	st = met.Store(st)
+	creds, err := auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
+	if err != nil {
+		return err
+	}
+	printCredentials(out, creds)
+	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: noderpc.NewTransport(cl.auth), LostAfter: cfg.LostAfter,
+		MaxPerTeam: cfg.MaxPerTeam, Logger: log})
+	if err != nil {
+		return err
+	}
+	freeMB := func() (int64, error) { return hostres.FreeMB(cfg.DataDir) }
+	apiSrv := api.NewHTTPServer(api.New(api.Config{
+		// Templates, volumes: not through an api process yet (README's
+		// Cluster section); their routes answer 501 and 404.
+		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), ClientID: "api", Logger: log,
+		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+	}), api.Timeouts{})
+	nodeTransport := noderpc.NewTransport(cl.auth)
+	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
+		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
+	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
+	var certs *ingress.Certs
+	if len(ls.tls) > 0 {
+		if certs, err = ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir}); err != nil {
+			return err
+		}
+		tlsSrv := proxy.NewHTTPServer(proxyHandler)
+		tlsSrv.TLSConfig = certs.TLSConfig()
+		for _, ln := range ls.tls {
+			srvs = append(srvs, served{srv: tlsSrv, ln: ln, tls: true})
+		}
+	}
+	if ls.metrics != nil {
+		srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
+	}
+	log.Info("warren is serving (role api)", "api", "http://"+ls.api.Addr().String(), "proxy", "http://"+ls.proxy.Addr().String(),
+		"proxy_tls", tlsAddrs(ls.tls), "lost_after", cfg.LostAfter)
+	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
+	return serveUntil(ctx, log, srvs)
+}
+
+// listeners are the public addresses of the api and all roles.
+type listeners struct {
+	api, proxy, metrics net.Listener
+	tls                 []net.Listener
+}
+
+func (l *listeners) close() {
+	for _, ln := range append([]net.Listener{l.api, l.proxy, l.metrics}, l.tls...) {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// listenPublic listens on the API, proxy, TLS proxy and metrics
+// addresses: a taken port fails before anything is started.
+func listenPublic(cfg Config) (*listeners, error) {
+	l := &listeners{}
+	var err error
+	if l.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+		return nil, err
+	}
+	if l.proxy, err = net.Listen("tcp", cfg.ProxyAddr); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.tls, err = listenTLS(cfg); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.metrics, err = listenMetrics(cfg); err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// served is a server and the listener it serves.
+type served struct {
+	srv *http.Server
+	ln  net.Listener
+	tls bool
+}
+
+// serveUntil serves srvs until ctx ends or one fails, then shuts them
+// down: the first (the API) gracefully, the others at once, since
+// sandbox streams (a command's output) may be open for hours.
+func serveUntil(ctx context.Context, log *slog.Logger, srvs []served) error {
+	errc := make(chan error, len(srvs))
+	for _, s := range srvs {
+		go func() {
+			if s.tls {
+				errc <- s.srv.ServeTLS(s.ln, "", "")
+			} else {
+				errc <- s.srv.Serve(s.ln)
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("shutting down; running sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, s := range srvs {
+		if i == 0 {
+			_ = s.srv.Shutdown(sctx)
+		} else {
+			_ = s.srv.Close()
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func printCredentials(out io.Writer, creds *auth.Credentials) {
+	if creds != nil {
+		fmt.Fprintf(out, "First start: created an API key and an access token. They are shown only now, and kept in %s (mode 0600).\n", creds.File)
+		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
+	}
+}
