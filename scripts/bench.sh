@@ -53,6 +53,10 @@ go test -run '^$' -bench . -benchtime 20x ./internal/volume/ | awk '
   }'
 
 echo
+echo "## a cluster on this box: an api and two nodes on PostgreSQL, against one --role all server (SDK, runsc)"
+(cd test/e2e && node bench/cluster.mjs)
+
+echo
 echo "## envd internals (go test -bench)"
 go test -run '^$' -bench 'StartTrue' -benchtime 200x ./internal/envd/process/ | grep '^Benchmark'
 go test -run '^$' -bench '50MiB' -benchtime 5x ./internal/envd/files/ | grep '^Benchmark'

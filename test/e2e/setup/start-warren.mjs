@@ -11,7 +11,7 @@ export const warrenBinary = path.join(repo, 'bin', 'warren')
 const installed = process.env.WARREN_SETUP_DIR || '/var/lib/warren'
 
 // freePort asks the kernel for a free loopback port.
-async function freePort() {
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer()
     srv.once('error', reject)
@@ -78,33 +78,8 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
   const env = { ...process.env }
   delete env.WARREN_API_KEY
   delete env.WARREN_ACCESS_TOKEN
-  const proc = spawn(warrenBinary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  const keep = (d) => {
-    output += d
-    if (process.env.WARREN_E2E_VERBOSE) process.stderr.write(d)
-  }
-  proc.stdout.on('data', keep)
-  proc.stderr.on('data', keep)
-  let exited = null
-  proc.on('exit', (code, signal) => { exited = { code, signal } })
-  const reap = () => proc.kill('SIGKILL')
-  process.once('exit', reap)
-
   const apiUrl = `http://127.0.0.1:${apiPort}`
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    if (exited) throw new Error(`warren serve exited during start: ${JSON.stringify(exited)}\n${output}`)
-    try {
-      const res = await fetch(`${apiUrl}/health`, { signal: AbortSignal.timeout(1000) })
-      if (res.status === 200) break
-    } catch {}
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL')
-      throw new Error(`warren serve did not answer ${apiUrl}/health within ${timeoutMs} ms\n${output}`)
-    }
-    await new Promise((r) => setTimeout(r, 50))
-  }
+  const { proc, output, stop } = await spawnWarren(args, { env, healthUrl: `${apiUrl}/health`, timeoutMs })
   const creds = Object.fromEntries(readFileSync(path.join(dataDir, 'credentials'), 'utf8')
     .trim().split('\n').map((l) => l.split('=')))
   // The CA is made before the server answers /health.
@@ -118,21 +93,59 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
     proxyPort,
     apiKey: creds.E2B_API_KEY,
     accessToken: creds.E2B_ACCESS_TOKEN,
-    output: () => output,
-    // stop ends warren with SIGTERM; sandboxes keep running unless
-    // cleanup is set, which kills them first through the API.
+    output,
+    // stop ends warren with SIGTERM (sandboxes keep running) and, with
+    // removeDataDir, removes its data dir.
     async stop({ removeDataDir = false } = {}) {
-      process.off('exit', reap)
-      if (!exited) {
-        const gone = new Promise((r) => proc.once('exit', r))
-        proc.kill('SIGTERM')
-        const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000)
-        await gone
-        clearTimeout(timer)
-      }
+      await stop()
       if (removeDataDir) {
         unmountBelow(dataDir)
         rmSync(dataDir, { recursive: true, force: true })
+      }
+    },
+  }
+}
+
+// spawnWarren runs the warren binary with args and env and waits until
+// healthUrl answers 200 (GET). It returns the process, its output so far
+// (output()), and stop(), which ends it with SIGTERM (SIGKILL after 15 s).
+export async function spawnWarren(args, { env = process.env, healthUrl, timeoutMs = 60_000 }) {
+  const proc = spawn(warrenBinary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  const keep = (d) => {
+    output += d
+    if (process.env.WARREN_E2E_VERBOSE) process.stderr.write(d)
+  }
+  proc.stdout.on('data', keep)
+  proc.stderr.on('data', keep)
+  let exited = null
+  const gone = new Promise((r) => proc.once('exit', (code, signal) => { exited = { code, signal }; r() }))
+  const reap = () => proc.kill('SIGKILL')
+  process.once('exit', reap)
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (exited) throw new Error(`warren ${args[0]} exited during start: ${JSON.stringify(exited)}\n${output}`)
+    try {
+      const res = await fetch(healthUrl, { signal: AbortSignal.timeout(1000) })
+      if (res.status === 200) break
+    } catch {}
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      throw new Error(`warren ${args[0]} did not answer ${healthUrl} within ${timeoutMs} ms\n${output}`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return {
+    proc,
+    output: () => output,
+    exited: () => exited,
+    async stop(signal = 'SIGTERM') {
+      process.off('exit', reap)
+      if (!exited) {
+        proc.kill(signal)
+        const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000)
+        await gone
+        clearTimeout(timer)
       }
     },
   }

@@ -1,0 +1,92 @@
+// Benchmarks a cluster on this one box through the official SDK: create →
+// first command through an api process (the RPC and proxy hop to a node)
+// against a `--role all` server; 40 concurrent creates across two nodes;
+// and a file's download through the api's proxy (forwarded to the node's)
+// against the all role's proxy. Run by `make bench`; prints one table.
+// Loops are bounded in count and time.
+import { rmSync } from 'node:fs'
+import { Sandbox } from 'e2b'
+import { startWarren, killAll } from '../setup/start-warren.mjs'
+import { startCluster } from '../setup/start-cluster.mjs'
+import { measure, Table } from './stats.mjs'
+
+const table = new Table()
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const size = 64 << 20
+
+async function createToCommand(conn) {
+  const t0 = performance.now()
+  const sbx = await Sandbox.create(conn)
+  await sbx.commands.run('true')
+  const ms = performance.now() - t0
+  await sbx.kill()
+  return ms
+}
+
+// downloads times reading a 64 MiB file through conn's proxy (a signed
+// URL, so that the proxy finds the sandbox by its signature as well).
+async function downloads(conn) {
+  const sbx = await Sandbox.create(conn)
+  try {
+    await sbx.commands.run(`head -c ${size} /dev/urandom > /tmp/big`)
+    const url = await sbx.downloadUrl('/tmp/big')
+    return await measure(async () => {
+      const t0 = performance.now()
+      const res = await fetch(url)
+      let n = 0
+      for await (const chunk of res.body) n += chunk.length
+      if (n !== size) throw new Error(`read ${n} bytes`)
+      return size / 1e6 / ((performance.now() - t0) / 1000)
+    }, { n: 8, warmup: 1, sample: true, budgetMs: 60_000 })
+  } finally {
+    await sbx.kill()
+  }
+}
+
+// burst creates n sandboxes at once and returns the wall time; the
+// sandboxes are killed afterwards (not timed).
+async function burst(conn, n) {
+  const t0 = performance.now()
+  const sbxs = await Promise.all(Array.from({ length: n }, () => Sandbox.create(conn)))
+  const ms = performance.now() - t0
+  await Promise.all(sbxs.map((s) => s.kill()))
+  return { ms, sbxs }
+}
+
+let allDown, clusterDown
+const w = await startWarren({ instance: 'bcall', net16: 141, poolSize: 2 })
+try {
+  const conn = { apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiKey }
+  await sleep(2000)
+  table.latency('create → first command, role all, warm pool',
+    await measure(async () => { const ms = await createToCommand(conn); await sleep(600); return ms }, { n: 30, warmup: 2, sample: true, budgetMs: 120_000 }))
+  allDown = await downloads(conn)
+} finally {
+  await killAll(w).catch(() => {})
+  await w.stop()
+  rmSync(w.dataDir, { recursive: true, force: true })
+}
+
+const c = await startCluster({ nodes: { bna: { prefix: 'wbna', net16: 142 }, bnb: { prefix: 'wbnb', net16: 143 } }, poolSize: 2 })
+try {
+  const conn = c.apis[0].opts
+  await sleep(2000)
+  table.latency('create → first command, through the api role, warm pools',
+    await measure(async () => { const ms = await createToCommand(conn); await sleep(600); return ms }, { n: 30, warmup: 2, sample: true, budgetMs: 120_000 }),
+    '≤ 2 ms over role all')
+  const walls = []
+  const spread = {}
+  for (let i = 0; i < 3; i++) {
+    const { ms, sbxs } = await burst(conn, 40)
+    walls.push(ms)
+    if (i === 0) for (const s of sbxs) spread[c.nodeOf(s.sandboxId)] = (spread[c.nodeOf(s.sandboxId)] ?? 0) + 1
+    await sleep(3000)
+  }
+  table.latency(`40 concurrent creates across 2 nodes, wall (first burst: ${Object.entries(spread).map(([n, k]) => `${n} ${k}`).join(', ')})`, walls.sort((a, b) => a - b))
+  clusterDown = await downloads(conn)
+} finally {
+  await c.stop()
+}
+table.throughput('64 MiB download through the proxy, role all', allDown)
+table.throughput('64 MiB download through the api role (forwarded to the node)', clusterDown)
+table.print()

@@ -1,0 +1,163 @@
+// A cluster on this machine, driven through the official SDK: PostgreSQL
+// (a database of its own), two `--role api` processes and two `--role
+// node` processes, each node with its own data dir, network prefix,
+// address range and ports. Sandboxes spread over both nodes and are
+// reached through either api; a node's internal address refuses requests
+// without the cluster secret; cordon stops placement; restarting an api
+// loses nothing; `kill -9` of a node makes its sandboxes gone (404)
+// within the lost timeout while the other node serves and takes the new
+// creates, and the node's restart brings them back.
+import { afterAll, beforeAll, expect, test } from 'vitest'
+import { Sandbox, NotFoundError } from 'e2b'
+import { startCluster } from '../setup/start-cluster.mjs'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI
+beforeAll(async () => {
+  c = await startCluster({ nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2 })
+  ;({ nodes, apis, nodeOf, nodeRow, warrenNodes } = c)
+  startNode = c.startNode
+  startAPI = c.startAPI
+}, 120_000)
+
+afterAll(async () => {
+  await c?.stop()
+}, 120_000)
+
+test('20 sandboxes spread over both nodes and are reached through the api: commands, files, ports, signed URLs', async () => {
+  const opts = apis[0].opts
+  const sbxs = await Promise.all(Array.from({ length: 20 }, () => Sandbox.create(opts)))
+  const byNode = {}
+  for (const s of sbxs) (byNode[nodeOf(s.sandboxId)] ??= []).push(s)
+  expect(Object.keys(byNode).sort()).toEqual(['na', 'nb'])
+  // `warren nodes` counts them once the nodes' heartbeats have.
+  await sleep(2500)
+  for (const name of ['na', 'nb']) expect(Number(nodeRow(name)[2])).toBeGreaterThanOrEqual(byNode[name].length)
+
+  for (const name of ['na', 'nb']) {
+    const s = byNode[name][0]
+    expect((await s.commands.run('hostname')).stdout).toBe(`${s.sandboxId}\n`)
+    await s.files.write('/home/user/hello.txt', `hello from ${name}`)
+    expect(await s.files.read('/home/user/hello.txt')).toBe(`hello from ${name}`)
+    // A signed URL names no sandbox: the api finds it by its signature.
+    const url = await s.downloadUrl('/home/user/hello.txt')
+    expect(url).not.toContain(s.sandboxId)
+    expect(await (await fetch(url)).text()).toBe(`hello from ${name}`)
+    // A port of the sandbox, through the api's proxy.
+    await s.commands.run('mkdir -p /tmp/www && echo port-of-' + name + ' > /tmp/www/index.html')
+    await s.commands.run('cd /tmp/www && python3 -m http.server 8000', { background: true })
+    let body = ''
+    for (let i = 0; i < 50 && !body.startsWith('port-of'); i++) {
+      const res = await fetch(`${opts.sandboxUrl}/index.html`, { headers: { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': '8000' } })
+      body = await res.text()
+      if (!body.startsWith('port-of')) await sleep(200)
+    }
+    expect(body).toBe(`port-of-${name}\n`)
+  }
+
+  // A command's stream through the api ends at once when its sandbox is
+  // killed, on either node.
+  for (const name of ['na', 'nb']) {
+    const s = byNode[name][1]
+    const h = await s.commands.run('sleep 600', { background: true })
+    const t0 = Date.now()
+    await Sandbox.kill(s.sandboxId, opts)
+    await expect(h.wait()).rejects.toThrow()
+    expect(Date.now() - t0).toBeLessThan(10_000)
+  }
+  await Promise.all(sbxs.map((s) => s.kill()))
+  expect(await Sandbox.list(opts).nextItems()).toEqual([])
+}, 180_000)
+
+test("a node's internal address refuses requests without the cluster secret", async () => {
+  const base = `http://127.0.0.1:${nodes.na.port}`
+  const rpc = `${base}/warren.node.v1.NodeService/CreateSandbox`
+  const body = JSON.stringify({ teamId: 'x', templateId: 'base' })
+  const json = { 'Content-Type': 'application/json' }
+  expect((await fetch(rpc, { method: 'POST', headers: json, body })).status).toBe(401)
+  const forged = { ...json, 'Warren-Cluster-Auth': `${Math.floor(Date.now() / 1000)}.${'0'.repeat(64)}` }
+  expect((await fetch(rpc, { method: 'POST', headers: forged, body })).status).toBe(401)
+  // Forwarded sandbox traffic likewise.
+  const traffic = await fetch(`${base}/files?path=/etc/passwd`, { headers: { 'E2b-Sandbox-Id': 'abc', 'E2b-Sandbox-Port': '49983' } })
+  expect(traffic.status).toBe(401)
+  expect((await fetch(`${base}/health`)).status).toBe(200)
+})
+
+test('cordon stops placement on a node; uncordon brings it back', async () => {
+  const opts = apis[0].opts
+  expect(warrenNodes('cordon', 'na')).toContain('cordoned')
+  try {
+    const sbxs = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)))
+    expect(sbxs.map((s) => nodeOf(s.sandboxId))).toEqual(['nb', 'nb', 'nb', 'nb'])
+    await Promise.all(sbxs.map((s) => s.kill()))
+  } finally {
+    warrenNodes('uncordon', 'na')
+  }
+  await sleep(1000)
+  const again = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)))
+  expect(new Set(again.map((s) => nodeOf(s.sandboxId)))).toContain('na')
+  await Promise.all(again.map((s) => s.kill()))
+}, 120_000)
+
+test('two api processes serve the same sandboxes, and restarting one loses nothing', async () => {
+  const [one, two] = apis
+  const s = await Sandbox.create(one.opts)
+  await s.commands.run('echo kept > /tmp/state')
+  const viaTwo = await Sandbox.connect(s.sandboxId, two.opts)
+  expect((await viaTwo.commands.run('cat /tmp/state')).stdout).toBe('kept\n')
+  expect((await Sandbox.list(two.opts).nextItems()).map((i) => i.sandboxId)).toContain(s.sandboxId)
+
+  await one.proc.stop()
+  await startAPI(0)
+  const back = await Sandbox.connect(s.sandboxId, apis[0].opts)
+  expect((await back.commands.run('cat /tmp/state')).stdout).toBe('kept\n')
+  expect((await Sandbox.getInfo(s.sandboxId, apis[0].opts)).state).toBe('running')
+  // Pause through one api, resume through the other.
+  expect(await Sandbox.pause(s.sandboxId, apis[0].opts)).toBe(true)
+  const resumed = await Sandbox.connect(s.sandboxId, two.opts)
+  expect((await resumed.commands.run('cat /tmp/state')).stdout).toBe('kept\n')
+  await resumed.kill()
+}, 120_000)
+
+test('kill -9 of a node: its sandboxes are gone within the lost timeout, the other node serves and takes the creates', async () => {
+  const opts = apis[0].opts
+  const sbxs = await Promise.all(Array.from({ length: 6 }, () => Sandbox.create(opts)))
+  const onA = sbxs.filter((s) => nodeOf(s.sandboxId) === 'na')
+  const onB = sbxs.filter((s) => nodeOf(s.sandboxId) === 'nb')
+  expect(onA.length).toBeGreaterThan(0)
+  expect(onB.length).toBeGreaterThan(0)
+
+  await nodes.na.proc.stop('SIGKILL')
+  const t0 = Date.now()
+  let gone
+  while (Date.now() - t0 < 20_000) {
+    try {
+      await Sandbox.connect(onA[0].sandboxId, opts)
+    } catch (e) {
+      if (e instanceof NotFoundError) {
+        gone = Date.now() - t0
+        break
+      }
+      // Until the node is lost: 503, the node does not answer.
+      expect(e.message).toMatch(/unreachable|unavailable/i)
+    }
+    await sleep(250)
+  }
+  expect(gone).toBeDefined()
+  expect(gone).toBeLessThan(15_000) // the lost timeout is 10 s
+  await expect(Sandbox.getInfo(onA[0].sandboxId, opts)).rejects.toThrow(NotFoundError)
+  expect((await Sandbox.list(opts).nextItems()).map((i) => i.sandboxId).sort()).toEqual(onB.map((s) => s.sandboxId).sort())
+  expect(nodeRow('na')[1]).toBe('lost')
+
+  expect((await onB[0].commands.run('echo still')).stdout).toBe('still\n')
+  const fresh = await Promise.all(Array.from({ length: 3 }, () => Sandbox.create(opts)))
+  expect(fresh.map((s) => nodeOf(s.sandboxId))).toEqual(['nb', 'nb', 'nb'])
+
+  // The node's restart adopts its sandboxes: they are back.
+  await startNode('na')
+  await sleep(2500)
+  const back = await Sandbox.connect(onA[0].sandboxId, opts)
+  expect((await back.commands.run('echo back')).stdout).toBe('back\n')
+  await Promise.all([...sbxs, ...fresh].map((s) => s.kill()))
+}, 180_000)
