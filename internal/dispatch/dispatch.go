@@ -55,9 +55,10 @@ type Dispatcher struct {
 	clients map[string]*noderpc.Client // by name and address
 	nodes   []store.Node
 	nodesAt time.Time
-	// placed is when creates went to each node: those after its last
-	// heartbeat are not in its figures yet (placement.go).
-	placed map[string][]time.Time
+	// placed is when creates went to each node, and freed when this api
+	// killed or paused one there: those after the node's last heartbeat
+	// are not in its figures yet (placement.go).
+	placed, freed map[string][]time.Time
 	// inflight is the creates under way on each node.
 	inflight map[string]int
 	routes   map[string]route
@@ -91,7 +92,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg.Now = time.Now
 	}
 	return &Dispatcher{cfg: cfg, log: cfg.Logger, clients: map[string]*noderpc.Client{},
-		placed: map[string][]time.Time{}, inflight: map[string]int{}, routes: map[string]route{}}, nil
+		placed: map[string][]time.Time{}, freed: map[string][]time.Time{}, inflight: map[string]int{}, routes: map[string]route{}}, nil
 }
 
 // nodeList is the cluster's nodes, read at most every nodesTTL.
@@ -189,18 +190,24 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 
 // on finds a team's sandbox and the client of its node.
 func (d *Dispatcher) on(ctx context.Context, teamID, id string) (*noderpc.Client, error) {
+	c, _, err := d.onNode(ctx, teamID, id)
+	return c, err
+}
+
+// onNode is on, with the node's name.
+func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Client, string, error) {
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+		return nil, "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	n, err := d.liveNode(ctx, rec.Node, id)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return d.client(n), nil
+	return d.client(n), n.Name, nil
 }
 
 // Create places a sandbox on the best node that takes it.
@@ -218,19 +225,36 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	// The first choice is reserved in the same critical section as the
+	// order is made, so that concurrent creates see each other.
 	d.mu.Lock()
 	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
+	if len(cands) > 0 {
+		d.inflight[cands[0].Name]++
+	}
 	d.mu.Unlock()
 	if len(cands) == 0 {
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
 	var refusals []string
-	for _, n := range cands {
-		id, err := d.createOn(ctx, n, req)
+	for i, n := range cands {
+		if i > 0 {
+			d.mu.Lock()
+			d.inflight[n.Name]++
+			d.mu.Unlock()
+		}
+		id, err := d.client(n).Create(ctx, req)
+		d.mu.Lock()
+		d.inflight[n.Name]--
+		if err == nil {
+			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
+		}
+		d.mu.Unlock()
 		if err == nil {
 			return d.cfg.Store.GetSandbox(ctx, id)
 		}
 		if !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable) {
+			// The remaining candidates were never reserved.
 			return store.Sandbox{}, err
 		}
 		d.log.InfoContext(ctx, "dispatch: node did not take the sandbox, trying the next", "node", n.Name, "err", err)
@@ -239,41 +263,44 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
 }
 
-func (d *Dispatcher) createOn(ctx context.Context, n store.Node, req sandbox.CreateRequest) (string, error) {
-	d.mu.Lock()
-	d.inflight[n.Name]++
-	d.mu.Unlock()
-	id, err := d.client(n).Create(ctx, req)
-	d.mu.Lock()
-	d.inflight[n.Name]--
-	if err == nil {
-		d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
-	}
-	d.mu.Unlock()
-	return id, err
+// pendingLocked is how many sandboxes node n holds beyond its last
+// heartbeat's count: creates under way, plus those placed after the
+// heartbeat, less those this api freed there after it.
+func (d *Dispatcher) pendingLocked(n store.Node) int {
+	d.placed[n.Name] = since(d.placed[n.Name], n.HeartbeatAt)
+	d.freed[n.Name] = since(d.freed[n.Name], n.HeartbeatAt)
+	return d.inflight[n.Name] + len(d.placed[n.Name]) - len(d.freed[n.Name])
 }
 
-// pendingLocked is how many sandboxes node n holds beyond its last
-// heartbeat's count: creates under way, and those placed after the
-// heartbeat.
-func (d *Dispatcher) pendingLocked(n store.Node) int {
-	kept := d.placed[n.Name][:0]
-	for _, t := range d.placed[n.Name] {
-		if t.After(n.HeartbeatAt) {
-			kept = append(kept, t)
+// since keeps the times of ts after t.
+func since(ts []time.Time, t time.Time) []time.Time {
+	kept := ts[:0]
+	for _, x := range ts {
+		if x.After(t) {
+			kept = append(kept, x)
 		}
 	}
-	d.placed[n.Name] = kept
-	return d.inflight[n.Name] + len(kept)
+	return kept
+}
+
+// freedOn records that a sandbox of node left it (killed or paused).
+func (d *Dispatcher) freedOn(node string) {
+	d.mu.Lock()
+	d.freed[node] = append(d.freed[node], d.cfg.Now())
+	d.mu.Unlock()
 }
 
 func (d *Dispatcher) Kill(ctx context.Context, teamID, id string) error {
-	c, err := d.on(ctx, teamID, id)
+	c, node, err := d.onNode(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
 	d.forget(id)
-	return c.Kill(ctx, teamID, id)
+	if err := c.Kill(ctx, teamID, id); err != nil {
+		return err
+	}
+	d.freedOn(node)
+	return nil
 }
 
 func (d *Dispatcher) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
@@ -306,12 +333,16 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 }
 
 func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
-	c, err := d.on(ctx, teamID, id)
+	c, node, err := d.onNode(ctx, teamID, id)
 	if err != nil {
 		return false, err
 	}
 	d.forget(id)
-	return c.Pause(ctx, teamID, id, keepMemory)
+	paused, err := c.Pause(ctx, teamID, id, keepMemory)
+	if paused {
+		d.freedOn(node)
+	}
+	return paused, err
 }
 
 func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {

@@ -29,6 +29,8 @@ type fakeNode struct {
 	mu   sync.Mutex
 	n    int
 	err  error
+	// gate, if set, holds creates until it is closed.
+	gate chan struct{}
 	// asked lists "call team id".
 	asked []string
 }
@@ -44,8 +46,11 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 	f.mu.Lock()
 	f.n++
 	id := fmt.Sprintf("%s%d", f.name, f.n)
-	err := f.err
+	err, gate := f.err, f.gate
 	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -162,9 +167,28 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	if on["na"] != 3 || on["nb"] != 3 {
 		t.Fatalf("placed %v, want 3 on each", on)
 	}
+	// Two killed on na: the next two creates go there, heartbeat or not.
+	var onA []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, "na") {
+			onA = append(onA, id)
+		}
+	}
+	for _, id := range onA[:2] {
+		if err := d.Kill(ctx, "t1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		if err != nil || rec.Node != "na" {
+			t.Fatalf("a create after two kills on na: %+v %v", rec.Node, err)
+		}
+	}
+	c.nodes["na"].asked = nil
 
 	// Calls go to the sandbox's node, for its team only.
-	id := ids[0]
+	id := ids[1] // on nb
 	home := c.nodes[strings.TrimRight(id, "0123456789")]
 	if err := d.Kill(ctx, "t1", id); err != nil {
 		t.Fatal(err)
@@ -241,6 +265,53 @@ func mustRequest(t *testing.T, url, id string) *http.Request {
 	r.Header.Set("E2b-Sandbox-Id", id)
 	r.Header.Set("E2b-Sandbox-Port", "49983")
 	return r
+}
+
+// Concurrent creates see each other's choices: a burst spreads evenly
+// however long the nodes take.
+func TestConcurrentCreatesSpread(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	gate := make(chan struct{})
+	for _, f := range c.nodes {
+		f.gate = gate
+	}
+	var wg sync.WaitGroup
+	nodes := make(chan string, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			if err != nil {
+				t.Error(err)
+			}
+			nodes <- rec.Node
+		}()
+	}
+	// Every create has chosen (and waits at its node) before any ends.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		c.d.mu.Lock()
+		n := c.d.inflight["na"] + c.d.inflight["nb"]
+		c.d.mu.Unlock()
+		if n == 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d creates under way", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+	close(nodes)
+	on := map[string]int{}
+	for n := range nodes {
+		on[n]++
+	}
+	if on["na"] != 4 || on["nb"] != 4 {
+		t.Fatalf("a burst of 8 placed %v", on)
+	}
 }
 
 func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {

@@ -16,8 +16,8 @@ const nominalSandboxMB = 512
 // cordoned or draining), heard from within lostAfter, with an internal
 // address, and below their sandbox limit. The least loaded comes first,
 // load being the share of its capacity in sandboxes that it holds, with
-// pending (creates under way and placed since its last heartbeat) added
-// to what its heartbeat said; ties go to the node with more free memory,
+// pending (creates under way, and those placed less those freed since its
+// last heartbeat) added to what its heartbeat said; ties go to the node with more free memory,
 // then by name. Spreading by load is what keeps one node from taking a
 // burst alone while its heartbeat lags.
 //
@@ -35,7 +35,7 @@ func order(nodes []store.Node, now time.Time, lostAfter time.Duration, pending f
 		if n.State != store.NodeReady || n.Address == "" || n.Lost(now, lostAfter) {
 			continue
 		}
-		held := n.Sandboxes + pending(n)
+		held := max(n.Sandboxes+pending(n), 0)
 		capacity := n.MaxSandboxes
 		if capacity <= 0 {
 			capacity = max(n.MemoryMB/nominalSandboxMB, 1)

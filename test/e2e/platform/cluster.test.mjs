@@ -94,7 +94,7 @@ test('cordon stops placement on a node; uncordon brings it back', async () => {
   } finally {
     warrenNodes('uncordon', 'na')
   }
-  await sleep(1000)
+  await sleep(2500) // the node follows its state at its next heartbeat
   const again = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)))
   expect(new Set(again.map((s) => nodeOf(s.sandboxId)))).toContain('na')
   await Promise.all(again.map((s) => s.kill()))
@@ -125,8 +125,8 @@ test('kill -9 of a node: its sandboxes are gone within the lost timeout, the oth
   const sbxs = await Promise.all(Array.from({ length: 6 }, () => Sandbox.create(opts)))
   const onA = sbxs.filter((s) => nodeOf(s.sandboxId) === 'na')
   const onB = sbxs.filter((s) => nodeOf(s.sandboxId) === 'nb')
-  expect(onA.length).toBeGreaterThan(0)
-  expect(onB.length).toBeGreaterThan(0)
+  expect(onA.length).toBeGreaterThanOrEqual(2)
+  expect(onB.length).toBeGreaterThanOrEqual(2)
 
   await nodes.na.proc.stop('SIGKILL')
   const t0 = Date.now()

@@ -28,4 +28,8 @@ export async function teardown() {
   if (!warren) return
   await killAll(warren).catch(() => {})
   await warren.stop({ removeDataDir: true })
+  // A failed test's 500 names only a request ID: the server's errors,
+  // with their causes, are here.
+  const errors = warren.output().split('\n').filter((l) => /level=ERROR/.test(l))
+  if (errors.length) console.error(`warren serve logged ${errors.length} errors:\n${errors.join('\n')}`)
 }
