@@ -31,13 +31,15 @@ func TestAuthSignsAndChecks(t *testing.T) {
 	}
 
 	cases := map[string]func(*http.Request){
-		"no header":       func(r *http.Request) { r.Header.Del(AuthHeader) },
-		"two headers":     func(r *http.Request) { r.Header.Add(AuthHeader, r.Header.Get(AuthHeader)) },
-		"other path":      func(r *http.Request) { r.URL.Path = "/warren.node.v1.NodeService/CreateSandbox" },
-		"other method":    func(r *http.Request) { r.Method = "GET" },
-		"no dot":          func(r *http.Request) { r.Header.Set(AuthHeader, "123") },
-		"bad time":        func(r *http.Request) { r.Header.Set(AuthHeader, "x."+strings.Split(r.Header.Get(AuthHeader), ".")[1]) },
-		"forged mac":      func(r *http.Request) { r.Header.Set(AuthHeader, strconv.FormatInt(now.Unix(), 10)+"."+strings.Repeat("0", 64)) },
+		"no header":    func(r *http.Request) { r.Header.Del(AuthHeader) },
+		"two headers":  func(r *http.Request) { r.Header.Add(AuthHeader, r.Header.Get(AuthHeader)) },
+		"other path":   func(r *http.Request) { r.URL.Path = "/warren.node.v1.NodeService/CreateSandbox" },
+		"other method": func(r *http.Request) { r.Method = "GET" },
+		"no dot":       func(r *http.Request) { r.Header.Set(AuthHeader, "123") },
+		"bad time":     func(r *http.Request) { r.Header.Set(AuthHeader, "x."+strings.Split(r.Header.Get(AuthHeader), ".")[1]) },
+		"forged mac": func(r *http.Request) {
+			r.Header.Set(AuthHeader, strconv.FormatInt(now.Unix(), 10)+"."+strings.Repeat("0", 64))
+		},
 		"time moved back": func(r *http.Request) { r.Header.Set(AuthHeader, "1"+r.Header.Get(AuthHeader)) },
 	}
 	for name, spoil := range cases {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/noderpc"
@@ -227,8 +228,13 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	}
 	// The first choice is reserved in the same critical section as the
 	// order is made, so that concurrent creates see each other.
+	h, hasHome := d.home(ctx, req.TemplateID)
 	d.mu.Lock()
 	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
+	if hasHome && req.TemplateID != baseimage.TemplateID {
+		// Locality: a built template's layers are on its home.
+		cands = homeFirst(cands, h.Name)
+	}
 	if len(cands) > 0 {
 		d.inflight[cands[0].Name]++
 	}
@@ -237,6 +243,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
 	var refusals []string
+	var missing error // a node's "no such template"
 	for i, n := range cands {
 		if i > 0 {
 			d.mu.Lock()
@@ -253,14 +260,34 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		if err == nil {
 			return d.cfg.Store.GetSandbox(ctx, id)
 		}
-		if !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable) {
+		switch {
+		case errors.Is(err, sandbox.ErrTemplateNotFound):
+			// The template's layers are on another node (a snapshot's
+			// on its sandbox's), or nowhere.
+			missing = err
+			continue
+		case !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable):
 			// The remaining candidates were never reserved.
 			return store.Sandbox{}, err
 		}
 		d.log.InfoContext(ctx, "dispatch: node did not take the sandbox, trying the next", "node", n.Name, "err", err)
 		refusals = append(refusals, n.Name+": "+err.Error())
 	}
+	if missing != nil && len(refusals) == 0 {
+		return store.Sandbox{}, missing
+	}
 	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
+}
+
+// homeFirst moves node name to the front of ns, if it is there.
+func homeFirst(ns []store.Node, name string) []store.Node {
+	for i, n := range ns {
+		if n.Name == name {
+			out := append([]store.Node{n}, ns[:i]...)
+			return append(out, ns[i+1:]...)
+		}
+	}
+	return ns
 }
 
 // pendingLocked is how many sandboxes node n holds beyond its last

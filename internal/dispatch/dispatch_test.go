@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -31,6 +32,8 @@ type fakeNode struct {
 	err  error
 	// gate, if set, holds creates until it is closed.
 	gate chan struct{}
+	// templates are the templates other than base it has.
+	templates map[string]bool
 	// asked lists "call team id".
 	asked []string
 }
@@ -50,6 +53,9 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 	f.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if req.TemplateID != "base" && !f.templates[req.TemplateID] {
+		return store.Sandbox{}, fmt.Errorf("%w: %s is not on node %s", sandbox.ErrTemplateNotFound, req.TemplateID, f.name)
 	}
 	if err != nil {
 		return store.Sandbox{}, err
@@ -130,7 +136,10 @@ func newCluster2(t *testing.T) *cluster2 {
 		traffic := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s", name, r.Header.Get("E2b-Sandbox-Id"), r.RemoteAddr)
 		})
-		srv := httptest.NewServer(noderpc.Handler(f, traffic, auth))
+		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.Path, r.Host)
+		})
+		srv := httptest.NewServer(noderpc.Handler(f, traffic, platform, auth))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
@@ -385,6 +394,113 @@ func TestDispatcherNeedsTheClusterSecret(t *testing.T) {
 	for name, f := range c.nodes {
 		if f.n != 0 {
 			t.Errorf("node %s made %d sandboxes for a request without the secret", name, f.n)
+		}
+	}
+}
+
+// Templates live on their home node: their routes go there, their
+// sandboxes are placed there first, and a node without the template
+// passes the create on.
+func TestTemplatesGoHome(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	d := c.d
+	home, ok := d.home(ctx, "tpl1")
+	if !ok {
+		t.Fatal("no home")
+	}
+	other := "na"
+	if home.Name == "na" {
+		other = "nb"
+	}
+	for range 3 {
+		if h, _ := d.home(ctx, "tpl1"); h.Name != home.Name {
+			t.Fatalf("home moved: %s, %s", h.Name, home.Name)
+		}
+	}
+	homes := map[string]int{}
+	for i := range 40 {
+		h, _ := d.home(ctx, fmt.Sprintf("t%d", i))
+		homes[h.Name]++
+	}
+	if homes["na"] < 5 || homes["nb"] < 5 {
+		t.Errorf("40 templates' homes: %v", homes)
+	}
+
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "api "+r.URL.Path) })
+	srv := httptest.NewServer(d.Platform(api))
+	defer srv.Close()
+	get := func(method, path string) string {
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, path := range []string{"/templates/tpl1", "/v2/templates/tpl1/builds/b1", "/templates/tpl1/files/abc", "/upload/templates/tpl1/files/abc", "/templates/tpl1/builds/b1/status"} {
+		if got, want := get("POST", path), home.Name+" POST "+path+" "+host; got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	if got := get("GET", "/v2/sandboxes"); got != "api /v2/sandboxes" {
+		t.Errorf("a sandbox route: %q", got)
+	}
+	// A snapshot goes to its sandbox's node.
+	c.nodes["na"].templates = map[string]bool{}
+	c.nodes["nb"].templates = map[string]bool{}
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := get("POST", "/sandboxes/"+rec.ID+"/snapshots"); !strings.HasPrefix(got, rec.Node+" POST /sandboxes/") {
+		t.Errorf("a snapshot went %q, its sandbox is on %s", got, rec.Node)
+	}
+
+	// The template only on the other node: its create ends there.
+	c.nodes[other].templates["tpl1"] = true
+	rec, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl1"})
+	if err != nil || rec.Node != other {
+		t.Fatalf("create of a template on %s only: %+v %v", other, rec.Node, err)
+	}
+	// On both nodes: on its home, whatever the load.
+	h2, _ := d.home(ctx, "tpl2")
+	c.nodes["na"].templates["tpl2"] = true
+	c.nodes["nb"].templates["tpl2"] = true
+	for range 4 {
+		if rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl2"}); err != nil || rec.Node != h2.Name {
+			t.Fatalf("create of tpl2 (home %s): %+v %v", h2.Name, rec.Node, err)
+		}
+	}
+	// Nowhere: the node's 404, not a 503.
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "nosuch"}); !errors.Is(err, sandbox.ErrTemplateNotFound) {
+		t.Fatalf("create of a template no node has: %v", err)
+	}
+}
+
+func TestTemplateKey(t *testing.T) {
+	for path, want := range map[string][3]string{
+		"/templates":                     {"", "", "y"},
+		"/templates/abc":                 {"abc", "", "y"},
+		"/templates/abc/builds/b/status": {"abc", "", "y"},
+		"/templates/tags":                {"", "", "y"},
+		"/templates/aliases/x":           {"", "", "y"},
+		"/v3/templates":                  {"", "", "y"},
+		"/v2/templates/abc/builds/b":     {"abc", "", "y"},
+		"/upload/templates/abc/files/h":  {"abc", "", "y"},
+		"/snapshots":                     {"", "", "y"},
+		"/sandboxes/sbx1/snapshots":      {"", "sbx1", "y"},
+		"/sandboxes/sbx1":                {"", "", ""},
+		"/v2/sandboxes":                  {"", "", ""},
+		"/volumes":                       {"", "", ""},
+		"/health":                        {"", "", ""},
+	} {
+		key, sbx, ok := templateKey(path)
+		if key != want[0] || sbx != want[1] || ok != (want[2] == "y") {
+			t.Errorf("%s: %q %q %v, want %v", path, key, sbx, ok, want)
 		}
 	}
 }

@@ -47,21 +47,32 @@ var _ Sandboxes = (*sandbox.Manager)(nil)
 // authenticated request's is believed.
 const ClientAddrHeader = "Warren-Client-Addr"
 
-// Handler is a node's internal address: NodeService on sbx and, for
-// every other path, the sandbox traffic an api's proxy forwards (served
-// by traffic, the node's own proxy). Nothing is served without the
-// cluster's authentication but GET /health without it (the probes'),
-// which says only that the node serves.
-func Handler(sbx Sandboxes, traffic http.Handler, auth *cluster.Auth) http.Handler {
+// PlatformPrefix is where a node serves the platform API's template
+// routes that an api forwards to it (builds run on nodes).
+const PlatformPrefix = "/platform"
+
+// Handler is a node's internal address: NodeService on sbx, the
+// platform API (the template routes an api forwards) under
+// PlatformPrefix, and for every other path the sandbox traffic an api's
+// proxy forwards (served by traffic, the node's own proxy). Nothing is
+// served without the cluster's authentication but GET /health without it
+// (the probes'), which says only that the node serves.
+func Handler(sbx Sandboxes, traffic, platform http.Handler, auth *cluster.Auth) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(nodev1connect.NewNodeServiceHandler(service{sbx}))
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a := r.Header.Get(ClientAddrHeader); a != "" {
-			r.RemoteAddr = a
-		}
-		r.Header.Del(ClientAddrHeader)
-		traffic.ServeHTTP(w, r)
-	}))
+	fromClient := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if a := r.Header.Get(ClientAddrHeader); a != "" {
+				r.RemoteAddr = a
+			}
+			r.Header.Del(ClientAddrHeader)
+			h.ServeHTTP(w, r)
+		})
+	}
+	if platform != nil {
+		mux.Handle(PlatformPrefix+"/", fromClient(http.StripPrefix(PlatformPrefix, platform)))
+	}
+	mux.Handle("/", fromClient(traffic))
 	authed := auth.Require(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get(cluster.AuthHeader) == "" {

@@ -18,7 +18,10 @@ func TestHandlerGuardsTheNode(t *testing.T) {
 	traffic := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.RemoteAddr+" "+r.Header.Get(ClientAddrHeader))
 	})
-	srv := httptest.NewServer(Handler(nil, traffic, auth))
+	platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "platform "+r.URL.Path+" "+r.RemoteAddr)
+	})
+	srv := httptest.NewServer(Handler(nil, traffic, platform, auth))
 	defer srv.Close()
 	do := func(c *http.Client, method, path string, h map[string]string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader("{}"))
@@ -38,7 +41,7 @@ func TestHandlerGuardsTheNode(t *testing.T) {
 	if code, body := do(plain, "GET", "/health", nil); code != 200 || body != "ok\n" {
 		t.Errorf("health: %d %q", code, body)
 	}
-	for _, path := range []string{"/warren.node.v1.NodeService/KillSandbox", "/files", "/"} {
+	for _, path := range []string{"/warren.node.v1.NodeService/KillSandbox", "/files", "/", "/platform/templates"} {
 		if code, _ := do(plain, "POST", path, map[string]string{"Content-Type": "application/json", ClientAddrHeader: "1.2.3.4:5"}); code != http.StatusUnauthorized {
 			t.Errorf("unsigned %s: %d", path, code)
 		}
@@ -46,6 +49,9 @@ func TestHandlerGuardsTheNode(t *testing.T) {
 	// Signed traffic is the node proxy's, as from the client the api named.
 	if code, body := do(signed, "GET", "/files", map[string]string{ClientAddrHeader: "1.2.3.4:5"}); code != 200 || body != "1.2.3.4:5 " {
 		t.Errorf("signed traffic: %d %q", code, body)
+	}
+	if code, body := do(signed, "GET", "/platform/templates", map[string]string{ClientAddrHeader: "1.2.3.4:5"}); code != 200 || body != "platform /templates 1.2.3.4:5" {
+		t.Errorf("signed platform: %d %q", code, body)
 	}
 	// A signed /health is traffic too (envd's /health in a sandbox).
 	if code, body := do(signed, "GET", "/health", map[string]string{ClientAddrHeader: "1.2.3.4:5"}); code != 200 || body != "1.2.3.4:5 " {

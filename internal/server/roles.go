@@ -127,12 +127,12 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		return err
 	}
 	freeMB := func() (int64, error) { return hostres.FreeMB(cfg.DataDir) }
-	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		// Templates, volumes: not through an api process yet (README's
-		// Cluster section); their routes answer 501 and 404.
+	// Templates are served by nodes (disp.Platform forwards their routes);
+	// volumes not through an api process yet (README's Cluster section).
+	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
 		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), ClientID: "api", Logger: log,
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
-	}), api.Timeouts{})
+	})), api.Timeouts{})
 	nodeTransport := noderpc.NewTransport(cl.auth)
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))

@@ -276,7 +276,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	proxyHandler := met.Proxy(proxy.New(proxy.Config{Domain: cfg.Domain, Resolver: mgr, Logger: log}))
 	if cfg.Role == RoleNode {
-		srvs := []served{{proxy.NewHTTPServer(noderpc.Handler(mgr, proxyHandler, cl.auth)), nodeLn, false}}
+		// The template routes the api processes forward here: builds
+		// run, and templates live, on nodes.
+		platform := api.New(api.Config{
+			Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
+			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
+			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		})
+		srvs := []served{{proxy.NewHTTPServer(noderpc.Handler(mgr, proxyHandler, platform, cl.auth)), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
 		}

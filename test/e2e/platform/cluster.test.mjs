@@ -4,11 +4,12 @@
 // address range and ports. Sandboxes spread over both nodes and are
 // reached through either api; a node's internal address refuses requests
 // without the cluster secret; cordon stops placement; restarting an api
-// loses nothing; `kill -9` of a node makes its sandboxes gone (404)
+// loses nothing; a template built through the api starts (on the node
+// that built it), a snapshot on its sandbox's node; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
 import { afterAll, beforeAll, expect, test } from 'vitest'
-import { Sandbox, NotFoundError } from 'e2b'
+import { Sandbox, NotFoundError, Template } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -120,6 +121,33 @@ test('two api processes serve the same sandboxes, and restarting one loses nothi
   await resumed.kill()
 }, 120_000)
 
+test('a template built through the api runs on its node; a snapshot starts on its sandbox\'s node', async () => {
+  const [one, two] = apis
+  const name = `cluster-tpl-${Date.now()}`
+  await Template.build(Template().fromTemplate('base').runCmd('echo built-in-the-cluster > /tmp/built.txt'), name, { ...one.opts })
+  expect(await Template.exists(name, two.opts)).toBe(true)
+  const homes = new Set()
+  for (let i = 0; i < 3; i++) {
+    const s = await Sandbox.create(name, two.opts)
+    expect((await s.commands.run('cat /tmp/built.txt')).stdout).toBe('built-in-the-cluster\n')
+    homes.add(nodeOf(s.sandboxId))
+    await s.kill()
+  }
+  expect(homes.size).toBe(1) // the node that built it
+
+  // A snapshot stays on its sandbox's node, whichever node that is.
+  const parents = await Promise.all([Sandbox.create(one.opts), Sandbox.create(one.opts)])
+  for (const p of parents) {
+    await p.files.write('/home/user/snap.txt', 'from ' + p.sandboxId)
+    const snap = await p.createSnapshot()
+    const child = await Sandbox.create(snap.snapshotId, one.opts)
+    expect(nodeOf(child.sandboxId)).toBe(nodeOf(p.sandboxId))
+    expect(await child.files.read('/home/user/snap.txt')).toBe('from ' + p.sandboxId)
+    await child.kill()
+    await p.kill()
+  }
+}, 300_000)
+
 test('kill -9 of a node: its sandboxes are gone within the lost timeout, the other node serves and takes the creates', async () => {
   const opts = apis[0].opts
   const sbxs = await Promise.all(Array.from({ length: 6 }, () => Sandbox.create(opts)))
@@ -145,6 +173,7 @@ test('kill -9 of a node: its sandboxes are gone within the lost timeout, the oth
     await sleep(250)
   }
   expect(gone).toBeDefined()
+  console.log(`kill -9 of node na: its sandbox answered 404 after ${gone} ms`)
   expect(gone).toBeLessThan(15_000) // the lost timeout is 10 s
   await expect(Sandbox.getInfo(onA[0].sandboxId, opts)).rejects.toThrow(NotFoundError)
   expect((await Sandbox.list(opts).nextItems()).map((i) => i.sandboxId).sort()).toEqual(onB.map((s) => s.sandboxId).sort())

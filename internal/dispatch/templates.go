@@ -1,0 +1,136 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+
+	"github.com/warren-sandbox/warren/internal/noderpc"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Templates are built on nodes: a template's layers, uploads and build
+// sandboxes are in the data dir of the node that built it. An api sends
+// the platform API's template routes to a node, which serves them with
+// its own template builder (the request's API key checked there, against
+// the shared store):
+//
+//   - a route about one template goes to the template's home: of the
+//     nodes that are heard from, the one rendezvous hashing picks for
+//     the template's ID (the same from any api, as long as the nodes
+//     stay), so that its uploads, build and files meet on one node;
+//   - a sandbox's snapshot goes to the sandbox's node (its checkpoint);
+//   - the other routes (lists, tags, aliases: the store's records) to
+//     the home of "".
+//
+// Sandboxes of a template are placed on its home first (Create); a node
+// without the template refuses it and the next is asked, so a snapshot's
+// sandboxes find its node. Moving layers between nodes is not done yet.
+
+// templateKey says where a platform API request goes: ok is false for
+// routes that are not the template service's; else sandbox is set for a
+// sandbox's snapshot, key for the others.
+func templateKey(path string) (key, sandbox string, ok bool) {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(seg) >= 3 && seg[0] == "sandboxes" && seg[2] == "snapshots":
+		return "", seg[1], true
+	case seg[0] == "snapshots":
+		return "", "", true
+	case seg[0] == "templates":
+		if len(seg) >= 2 && seg[1] != "tags" && seg[1] != "aliases" {
+			return seg[1], "", true
+		}
+		return "", "", true
+	case len(seg) >= 2 && (seg[0] == "v2" || seg[0] == "v3") && seg[1] == "templates":
+		if len(seg) >= 3 {
+			return seg[2], "", true
+		}
+		return "", "", true
+	case len(seg) >= 3 && seg[0] == "upload" && seg[1] == "templates":
+		return seg[2], "", true
+	}
+	return "", "", false
+}
+
+// home is the node rendezvous hashing picks for key among the nodes that
+// are heard from and have an address, ready ones first.
+func (d *Dispatcher) home(ctx context.Context, key string) (store.Node, bool) {
+	ns, err := d.nodeList(ctx)
+	if err != nil {
+		return store.Node{}, false
+	}
+	var best store.Node
+	var bestScore uint64
+	found, bestReady := false, false
+	for _, n := range ns {
+		if n.Address == "" || n.Lost(d.cfg.Now(), d.cfg.LostAfter) {
+			continue
+		}
+		ready := n.State == store.NodeReady
+		sum := sha256.Sum256([]byte(key + "\x00" + n.Name))
+		score := binary.BigEndian.Uint64(sum[:8])
+		if !found || ready && !bestReady || ready == bestReady && score > bestScore {
+			best, bestScore, bestReady, found = n, score, ready, true
+		}
+	}
+	return best, found
+}
+
+// Platform serves the platform API: the template routes on a node (see
+// above), the rest by api.
+func (d *Dispatcher) Platform(api http.Handler) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			addr := pr.In.Context().Value(platformKey{}).(string)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = addr
+			pr.Out.URL.Path = noderpc.PlatformPrefix + pr.In.URL.Path
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Set(noderpc.ClientAddrHeader, pr.In.RemoteAddr)
+		},
+		Transport:     d.cfg.Transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			d.log.WarnContext(r.Context(), "dispatch: forwarding a template request failed", "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "the node serving this template did not answer; retry shortly")
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, sbx, ok := templateKey(r.URL.Path)
+		if !ok {
+			api.ServeHTTP(w, r)
+			return
+		}
+		var addr string
+		if sbx != "" {
+			if rec, err := d.cfg.Store.GetSandbox(r.Context(), sbx); err == nil {
+				if n, err := d.liveNode(r.Context(), rec.Node, sbx); err == nil {
+					addr = n.Address
+				}
+			}
+		}
+		if addr == "" {
+			n, ok := d.home(r.Context(), key)
+			if !ok {
+				writeError(w, http.StatusServiceUnavailable, "no node is up to serve templates (`warren nodes` shows their states)")
+				return
+			}
+			addr = n.Address
+		}
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), platformKey{}, addr)))
+	})
+}
+
+type platformKey struct{}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": status, "message": msg})
+}
