@@ -219,16 +219,16 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 			return store.Sandbox{}, err
 		}
 		if len(running) >= d.cfg.MaxPerTeam {
-			return store.Sandbox{}, fmt.Errorf("%w: the team runs %d sandboxes, its most (--max-per-team)", sandbox.ErrTeamLimit, len(running))
+			return store.Sandbox{}, fmt.Errorf("%w: the team runs %d sandboxes, its most (--max-sandboxes-per-team)", sandbox.ErrTeamLimit, len(running))
 		}
 	}
 	ns, err := d.nodeList(ctx)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	h, hasHome := d.home(ctx, req.TemplateID)
 	// The first choice is reserved in the same critical section as the
 	// order is made, so that concurrent creates see each other.
-	h, hasHome := d.home(ctx, req.TemplateID)
 	d.mu.Lock()
 	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
 	if hasHome && req.TemplateID != baseimage.TemplateID {
@@ -255,6 +255,8 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		d.inflight[n.Name]--
 		if err == nil {
 			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
+			// Its first command comes next: the proxy knows the way.
+			d.routes[id] = route{addr: n.Address, at: d.cfg.Now()}
 		}
 		d.mu.Unlock()
 		if err == nil {

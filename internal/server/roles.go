@@ -127,10 +127,15 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		return err
 	}
 	freeMB := func() (int64, error) { return hostres.FreeMB(cfg.DataDir) }
-	// Templates are served by nodes (disp.Platform forwards their routes);
-	// volumes not through an api process yet (README's Cluster section).
+	// Team volumes: the same --volume-root as the nodes', on storage they
+	// share (README's Cluster section).
+	vols, err := openVolumes(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	// Templates are served by nodes (disp.Platform forwards their routes).
 	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
-		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), ClientID: "api", Logger: log,
+		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, ClientID: "api", Logger: log,
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	})), api.Timeouts{})
 	nodeTransport := noderpc.NewTransport(cl.auth)

@@ -1,13 +1,14 @@
 // Benchmarks a cluster on this one box through the official SDK: create →
 // first command through an api process (the RPC and proxy hop to a node)
-// against a `--role all` server; 40 concurrent creates across two nodes;
-// and a file's download through the api's proxy (forwarded to the node's)
-// against the all role's proxy. Run by `make bench`; prints one table.
-// Loops are bounded in count and time.
+// against a `--role all` server on the same PostgreSQL (so that only the
+// hop differs); 40 concurrent creates across two nodes; and a file's
+// download through the api's proxy (forwarded to the node's) against the
+// all role's proxy. Run by `make bench`; prints one table. Loops are
+// bounded in count and time.
 import { rmSync } from 'node:fs'
 import { Sandbox } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
-import { startCluster } from '../setup/start-cluster.mjs'
+import { psql, startCluster } from '../setup/start-cluster.mjs'
 import { measure, Table } from './stats.mjs'
 
 const table = new Table()
@@ -43,28 +44,34 @@ async function downloads(conn) {
   }
 }
 
-// burst creates n sandboxes at once and returns the wall time; the
-// sandboxes are killed afterwards (not timed).
-async function burst(conn, n) {
+// burst creates n sandboxes at once and returns the wall time and where
+// they ran (nodeOf); the sandboxes are killed afterwards (not timed).
+async function burst(conn, n, nodeOf) {
   const t0 = performance.now()
   const sbxs = await Promise.all(Array.from({ length: n }, () => Sandbox.create(conn)))
   const ms = performance.now() - t0
+  const nodes = {}
+  for (const s of sbxs) nodes[nodeOf(s.sandboxId)] = (nodes[nodeOf(s.sandboxId)] ?? 0) + 1
   await Promise.all(sbxs.map((s) => s.kill()))
-  return { ms, sbxs }
+  return { ms, nodes }
 }
 
 let allDown, clusterDown
-const w = await startWarren({ instance: 'bcall', net16: 141, poolSize: 2 })
+const db = `warren_bench_all_${process.pid}`
+psql(`CREATE DATABASE ${db}`)
+const w = await startWarren({ instance: 'bcall', net16: 141, poolSize: 2,
+  extraArgs: ['--store', `postgres:///${db}?host=/var/run/postgresql&user=root&sslmode=disable`] })
 try {
   const conn = { apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiKey }
   await sleep(2000)
-  table.latency('create → first command, role all, warm pool',
+  table.latency('create → first command, role all, warm pool (PostgreSQL)',
     await measure(async () => { const ms = await createToCommand(conn); await sleep(600); return ms }, { n: 30, warmup: 2, sample: true, budgetMs: 120_000 }))
   allDown = await downloads(conn)
 } finally {
   await killAll(w).catch(() => {})
   await w.stop()
   rmSync(w.dataDir, { recursive: true, force: true })
+  psql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
 }
 
 const c = await startCluster({ nodes: { bna: { prefix: 'wbna', net16: 142 }, bnb: { prefix: 'wbnb', net16: 143 } }, poolSize: 2 })
@@ -77,9 +84,9 @@ try {
   const walls = []
   const spread = {}
   for (let i = 0; i < 3; i++) {
-    const { ms, sbxs } = await burst(conn, 40)
+    const { ms, nodes } = await burst(conn, 40, c.nodeOf)
     walls.push(ms)
-    if (i === 0) for (const s of sbxs) spread[c.nodeOf(s.sandboxId)] = (spread[c.nodeOf(s.sandboxId)] ?? 0) + 1
+    if (i === 0) Object.assign(spread, nodes)
     await sleep(3000)
   }
   table.latency(`40 concurrent creates across 2 nodes, wall (first burst: ${Object.entries(spread).map(([n, k]) => `${n} ${k}`).join(', ')})`, walls.sort((a, b) => a - b))

@@ -5,11 +5,12 @@
 // reached through either api; a node's internal address refuses requests
 // without the cluster secret; cordon stops placement; restarting an api
 // loses nothing; a template built through the api starts (on the node
-// that built it), a snapshot on its sandbox's node; `kill -9` of a node makes its sandboxes gone (404)
+// that built it), a snapshot on its sandbox's node; a volume is shared by
+// sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
 import { afterAll, beforeAll, expect, test } from 'vitest'
-import { Sandbox, NotFoundError, Template } from 'e2b'
+import { Sandbox, NotFoundError, Template, Volume } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -147,6 +148,29 @@ test('a template built through the api runs on its node; a snapshot starts on it
     await p.kill()
   }
 }, 300_000)
+
+test('a team volume, made through one api, is shared by sandboxes on both nodes', async () => {
+  const [one, two] = apis
+  const vol = await Volume.create(`cluster-vol-${Date.now()}`, one.opts)
+  await vol.writeFile('/from-api.txt', 'written through the api', { ...one.opts })
+  const sbxs = []
+  const on = {}
+  for (let i = 0; i < 8 && Object.keys(on).length < 2; i++) {
+    const s = await Sandbox.create({ ...one.opts, volumeMounts: { '/data': vol } })
+    sbxs.push(s)
+    on[nodeOf(s.sandboxId)] = s
+  }
+  expect(Object.keys(on).sort()).toEqual(['na', 'nb'])
+  expect((await on.na.commands.run('cat /data/from-api.txt')).stdout).toBe('written through the api')
+  await on.na.commands.run('echo from-na > /data/na.txt')
+  expect((await on.nb.commands.run('cat /data/na.txt')).stdout).toBe('from-na\n')
+  const again = await Volume.connect(vol.volumeId, two.opts)
+  expect(await again.readFile('/na.txt', { ...two.opts })).toBe('from-na\n')
+  // In use: not deleted (the message names the sandboxes).
+  await expect(Volume.destroy(vol.volumeId, two.opts)).rejects.toThrow(/^409: /)
+  await Promise.all(sbxs.map((s) => s.kill()))
+  expect(await Volume.destroy(vol.volumeId, two.opts)).toBe(true)
+}, 120_000)
 
 test('kill -9 of a node: its sandboxes are gone within the lost timeout, the other node serves and takes the creates', async () => {
   const opts = apis[0].opts

@@ -1,8 +1,9 @@
 // startCluster runs a Warren cluster on this machine: a PostgreSQL
 // database of its own, `--role node` processes (each with its own data
 // dir, network prefix, address range, run dir, cgroup and port) and
-// `--role api` processes, all with one cluster secret and one preset API
-// key. For the cluster test and the cluster benchmark.
+// `--role api` processes, all with one cluster secret, one preset API key
+// and one volume root (plain directories, as on a file server they all
+// mount). For the cluster test and the cluster benchmark.
 import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -22,6 +23,8 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
   const env = { ...process.env, WARREN_CLUSTER_SECRET: secret, WARREN_API_KEY: apiKey }
   delete env.WARREN_ACCESS_TOKEN
   psql(`CREATE DATABASE ${db}`)
+  const volumeRoot = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-volumes-'))
+  const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text']
 
   const c = {
     storeURL,
@@ -38,7 +41,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
         '--node-name', name, '--node-addr', `127.0.0.1:${n.port}`,
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
-        '--pool-size', String(poolSize), '--log-format', 'text',
+        '--pool-size', String(poolSize), ...shared,
       ], { env, healthUrl: `http://127.0.0.1:${n.port}/health` })
     },
     // startAPI starts (or restarts, same ports) api process i; its
@@ -50,7 +53,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
       a.dataDir ??= mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-api-'))
       a.proc = await spawnWarren([
         'serve', '--role', 'api', '--store', storeURL, '--data-dir', a.dataDir,
-        '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`, '--log-format', 'text',
+        '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`, ...shared,
       ], { env, healthUrl: `http://127.0.0.1:${a.port}/health` })
       a.opts = { apiUrl: `http://127.0.0.1:${a.port}`, sandboxUrl: `http://127.0.0.1:${a.proxyPort}`, apiKey }
     },
@@ -82,6 +85,8 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
         rmSync(n.dataDir, { recursive: true, force: true })
       }
       for (const a of c.apis) if (a.dataDir) rmSync(a.dataDir, { recursive: true, force: true })
+      unmountBelow(volumeRoot)
+      rmSync(volumeRoot, { recursive: true, force: true })
       psql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
     },
   }
