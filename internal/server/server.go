@@ -4,7 +4,9 @@
 // the node (runtime, network, envd), the template builder, the sandbox
 // manager, the API and the proxy (plain, and over TLS with
 // internal/ingress), serves until its context ends, and shuts them down.
-// cmd/warren only parses the flags into a Config.
+// In a cluster (roles.go) an api process has no node and sends sandbox
+// calls to the node processes, which serve them on their internal
+// address. cmd/warren only parses the flags into a Config.
 package server
 
 import (
@@ -97,9 +99,9 @@ type Config struct {
 	Stdout io.Writer
 }
 
-// Run serves with cfg until ctx ends (or a server fails), then shuts the
-// API and the proxy down; sandboxes keep running. log gets the server's
-// log (NewLogger makes it).
+// Run serves with cfg in its role (roles.go: all, api or node) until ctx
+// ends (or a server fails), then shuts its servers down; sandboxes keep
+// running. log gets the server's log (NewLogger makes it).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = reqid.Logger(log) // lines about a request name it, whatever log is
 	out := cfg.Stdout
