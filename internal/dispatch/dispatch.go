@@ -250,17 +250,17 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 			d.inflight[n.Name]++
 			d.mu.Unlock()
 		}
-		id, err := d.client(n).Create(ctx, req)
+		rec, err := d.client(n).Create(ctx, req)
 		d.mu.Lock()
 		d.inflight[n.Name]--
 		if err == nil {
 			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
 			// Its first command comes next: the proxy knows the way.
-			d.routes[id] = route{addr: n.Address, at: d.cfg.Now()}
+			d.routes[rec.ID] = route{addr: n.Address, at: d.cfg.Now()}
 		}
 		d.mu.Unlock()
 		if err == nil {
-			return d.cfg.Store.GetSandbox(ctx, id)
+			return rec, nil
 		}
 		switch {
 		case errors.Is(err, sandbox.ErrTemplateNotFound):
@@ -353,12 +353,7 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
-	resumed, err := c.Connect(ctx, teamID, id, timeout, memory)
-	if err != nil {
-		return store.Sandbox{}, false, err
-	}
-	rec, err := d.cfg.Store.GetSandbox(ctx, id)
-	return rec, resumed, err
+	return c.Connect(ctx, teamID, id, timeout, memory)
 }
 
 func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
@@ -379,10 +374,7 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts 
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := c.Resume(ctx, teamID, id, opts); err != nil {
-		return store.Sandbox{}, err
-	}
-	return d.cfg.Store.GetSandbox(ctx, id)
+	return c.Resume(ctx, teamID, id, opts)
 }
 
 // Fork forks on the parent's node: the checkpoint is there.

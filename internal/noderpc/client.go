@@ -3,6 +3,7 @@ package noderpc
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
@@ -48,11 +50,20 @@ func (c *Client) err(err error) error { return fromConnect(c.node, err) }
 
 func msOf(d time.Duration) int64 { return d.Milliseconds() }
 
-// Create starts a sandbox on the node and returns its ID.
-func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (string, error) {
+// record is the sandbox record a node answered with.
+func record(id, js string) (store.Sandbox, error) {
+	var rec store.Sandbox
+	if err := json.Unmarshal([]byte(js), &rec); err != nil || rec.ID != id {
+		return store.Sandbox{}, fmt.Errorf("noderpc: the node answered sandbox %s with a record that does not parse (%v)", id, err)
+	}
+	return rec, nil
+}
+
+// Create starts a sandbox on the node and returns its record.
+func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	extra, err := json.Marshal(req.Extra)
 	if err != nil {
-		return "", err
+		return store.Sandbox{}, err
 	}
 	m := &nodev1.CreateSandboxRequest{
 		TeamId: req.TeamID, TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
@@ -67,9 +78,9 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (string,
 	}
 	res, err := c.rpc.CreateSandbox(ctx, connect.NewRequest(m))
 	if err != nil {
-		return "", c.err(err)
+		return store.Sandbox{}, c.err(err)
 	}
-	return res.Msg.SandboxId, nil
+	return record(res.Msg.SandboxId, res.Msg.SandboxJson)
 }
 
 func (c *Client) Kill(ctx context.Context, teamID, id string) error {
@@ -87,13 +98,14 @@ func (c *Client) Refresh(ctx context.Context, teamID, id string, d time.Duration
 	return c.err(err)
 }
 
-// Connect returns whether the sandbox was resumed.
-func (c *Client) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (bool, error) {
+// Connect returns the sandbox's record and whether it was resumed.
+func (c *Client) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
 	res, err := c.rpc.Connect(ctx, connect.NewRequest(&nodev1.ConnectRequest{TeamId: teamID, SandboxId: id, TimeoutMs: msOf(timeout), Memory: memory}))
 	if err != nil {
-		return false, c.err(err)
+		return store.Sandbox{}, false, c.err(err)
 	}
-	return res.Msg.Resumed, nil
+	rec, err := record(id, res.Msg.SandboxJson)
+	return rec, res.Msg.Resumed, err
 }
 
 func (c *Client) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
@@ -104,10 +116,13 @@ func (c *Client) Pause(ctx context.Context, teamID, id string, keepMemory bool) 
 	return res.Msg.Paused, nil
 }
 
-func (c *Client) Resume(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) error {
-	_, err := c.rpc.Resume(ctx, connect.NewRequest(&nodev1.ResumeRequest{TeamId: teamID, SandboxId: id,
+func (c *Client) Resume(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+	res, err := c.rpc.Resume(ctx, connect.NewRequest(&nodev1.ResumeRequest{TeamId: teamID, SandboxId: id,
 		TimeoutMs: msOf(opts.Timeout), AutoPause: opts.AutoPause, Memory: opts.Memory}))
-	return c.err(err)
+	if err != nil {
+		return store.Sandbox{}, c.err(err)
+	}
+	return record(id, res.Msg.SandboxJson)
 }
 
 // ForkChild is one child of a Fork: its ID, or why it did not start.

@@ -118,7 +118,11 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID}), nil
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
 }
 
 func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
@@ -134,11 +138,15 @@ func (s service) Refresh(ctx context.Context, req *connect.Request[nodev1.Refres
 }
 
 func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
-	_, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
+	rec, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return reply(&nodev1.ConnectResponse{Resumed: resumed}), nil
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.ConnectResponse{Resumed: resumed, SandboxJson: string(b)}), nil
 }
 
 func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
@@ -151,8 +159,15 @@ func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseReq
 
 func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
 	r := req.Msg
-	_, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
-	return reply(&nodev1.ResumeResponse{}), toConnect(err)
+	rec, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.ResumeResponse{SandboxJson: string(b)}), nil
 }
 
 func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {

@@ -4,8 +4,7 @@
 // and every request carries the cluster's HMAC (internal/cluster).
 //
 // Sandbox records live in the shared store: a call that makes or changes
-// a sandbox answers with its ID, and the api reads the record from the
-// store. Every call names the team; a sandbox of another team is
+// a sandbox answers with its ID and its record as the node stored it. Every call names the team; a sandbox of another team is
 // NOT_FOUND, as through the platform API. Errors carry the sandbox
 // manager's kind in the "warren-error-kind" metadata (internal/noderpc).
 
@@ -229,8 +228,11 @@ func (x *CreateSandboxRequest) GetEgressProxyPassword() string {
 }
 
 type CreateSandboxResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// sandbox_json is the sandbox's record as the node stored it (the
+	// store's Sandbox as JSON), which spares the api a read of it.
+	SandboxJson   string `protobuf:"bytes,2,opt,name=sandbox_json,json=sandboxJson,proto3" json:"sandbox_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +270,13 @@ func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
 func (x *CreateSandboxResponse) GetSandboxId() string {
 	if x != nil {
 		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateSandboxResponse) GetSandboxJson() string {
+	if x != nil {
+		return x.SandboxJson
 	}
 	return ""
 }
@@ -623,6 +632,7 @@ func (x *ConnectRequest) GetMemory() bool {
 type ConnectResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resumed       bool                   `protobuf:"varint,1,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	SandboxJson   string                 `protobuf:"bytes,2,opt,name=sandbox_json,json=sandboxJson,proto3" json:"sandbox_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +672,13 @@ func (x *ConnectResponse) GetResumed() bool {
 		return x.Resumed
 	}
 	return false
+}
+
+func (x *ConnectResponse) GetSandboxJson() string {
+	if x != nil {
+		return x.SandboxJson
+	}
+	return ""
 }
 
 type PauseRequest struct {
@@ -846,6 +863,7 @@ func (x *ResumeRequest) GetMemory() bool {
 
 type ResumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxJson   string                 `protobuf:"bytes,1,opt,name=sandbox_json,json=sandboxJson,proto3" json:"sandbox_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -878,6 +896,13 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
 	return file_node_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ResumeResponse) GetSandboxJson() string {
+	if x != nil {
+		return x.SandboxJson
+	}
+	return ""
 }
 
 type ForkRequest struct {
@@ -1634,10 +1659,11 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
 	"\x12_auto_pause_memoryB\x18\n" +
-	"\x16_allow_internet_access\"6\n" +
+	"\x16_allow_internet_access\"Y\n" +
 	"\x15CreateSandboxResponse\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"L\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
+	"\fsandbox_json\x18\x02 \x01(\tR\vsandboxJson\"L\n" +
 	"\x12KillSandboxRequest\x12\x17\n" +
 	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x1d\n" +
 	"\n" +
@@ -1663,9 +1689,10 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12\x16\n" +
-	"\x06memory\x18\x04 \x01(\bR\x06memory\"+\n" +
+	"\x06memory\x18\x04 \x01(\bR\x06memory\"N\n" +
 	"\x0fConnectResponse\x12\x18\n" +
-	"\aresumed\x18\x01 \x01(\bR\aresumed\"g\n" +
+	"\aresumed\x18\x01 \x01(\bR\aresumed\x12!\n" +
+	"\fsandbox_json\x18\x02 \x01(\tR\vsandboxJson\"g\n" +
 	"\fPauseRequest\x12\x17\n" +
 	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x1d\n" +
 	"\n" +
@@ -1683,8 +1710,9 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"auto_pause\x18\x04 \x01(\bH\x00R\tautoPause\x88\x01\x01\x12\x16\n" +
 	"\x06memory\x18\x05 \x01(\bR\x06memoryB\r\n" +
-	"\v_auto_pause\"\x10\n" +
-	"\x0eResumeResponse\"z\n" +
+	"\v_auto_pause\"3\n" +
+	"\x0eResumeResponse\x12!\n" +
+	"\fsandbox_json\x18\x01 \x01(\tR\vsandboxJson\"z\n" +
 	"\vForkRequest\x12\x17\n" +
 	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x1d\n" +
 	"\n" +

@@ -83,6 +83,27 @@ try {
   }
   table.latency('create → first command, role all, warm pool (PostgreSQL)', allMs.sort((x, y) => x - y))
   table.latency('create → first command, through the api role, warm pools', apiMs.sort((x, y) => x - y), '≤ 2 ms over role all')
+  // One request and one envd RPC through each proxy, interleaved.
+  const [sa, sb] = await Promise.all([Sandbox.create(all), Sandbox.create(viaAPI)])
+  const hop = { health: [[], []], rpc: [[], []] }
+  for (let i = 0; i < 200; i++) {
+    for (const [k, s, conn] of [[0, sa, all], [1, sb, viaAPI]]) {
+      let t0 = performance.now()
+      const r = await fetch(`${conn.sandboxUrl}/health`, { headers: { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': '49983' } })
+      await r.arrayBuffer()
+      hop.health[k].push(performance.now() - t0)
+      if (i % 4 === 0) {
+        t0 = performance.now()
+        await s.files.exists('/etc/hostname')
+        hop.rpc[k].push(performance.now() - t0)
+      }
+    }
+  }
+  await Promise.all([sa.kill(), sb.kill()])
+  table.latency("envd's /health through the proxy, role all", hop.health[0].sort((x, y) => x - y))
+  table.latency("envd's /health through the api role's proxy", hop.health[1].sort((x, y) => x - y))
+  table.latency('files.exists (an envd RPC), role all', hop.rpc[0].sort((x, y) => x - y))
+  table.latency("files.exists (an envd RPC), through the api role's proxy", hop.rpc[1].sort((x, y) => x - y))
   const allDown = await downloads(all)
   const clusterDown = await downloads(viaAPI)
   await killAll(w).catch(() => {})

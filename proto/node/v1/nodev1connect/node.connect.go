@@ -4,8 +4,7 @@
 // and every request carries the cluster's HMAC (internal/cluster).
 //
 // Sandbox records live in the shared store: a call that makes or changes
-// a sandbox answers with its ID, and the api reads the record from the
-// store. Every call names the team; a sandbox of another team is
+// a sandbox answers with its ID and its record as the node stored it. Every call names the team; a sandbox of another team is
 // NOT_FOUND, as through the platform API. Errors carry the sandbox
 // manager's kind in the "warren-error-kind" metadata (internal/noderpc).
 
