@@ -64,6 +64,12 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 		StartedAt: time.Now(), EndAt: time.Now().Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata}
 	return rec, f.st.CreateSandbox(ctx, rec)
 }
+func (f *fakeNode) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
+	return f.st.GetSandbox(ctx, id)
+}
+func (f *fakeNode) List(ctx context.Context, team string, sf store.SandboxFilter) ([]store.Sandbox, error) {
+	return f.st.ListSandboxes(ctx, sf)
+}
 func (f *fakeNode) Kill(ctx context.Context, team, id string) error { return f.note("kill", team, id) }
 func (f *fakeNode) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
 	return f.note("timeout", team, id)

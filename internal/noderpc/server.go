@@ -14,30 +14,16 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/cluster"
-	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/store"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
 
 // Sandboxes is what a node serves of its sandbox manager
-// (*sandbox.Manager).
-type Sandboxes interface {
-	Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error)
-	Kill(ctx context.Context, teamID, id string) error
-	SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error
-	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
-	Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error)
-	Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error)
-	ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
-	Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
-	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
-	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
-	UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error
-	NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error)
-}
+// (*sandbox.Manager): what the platform API needs of one.
+type Sandboxes = api.Sandboxes
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
 

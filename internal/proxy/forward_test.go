@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -130,31 +129,6 @@ func TestForwardToADeadNode(t *testing.T) {
 }
 
 func TestForwardsWebSockets(t *testing.T) {
-	fu, _ := forwardSetup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, rw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		rw.Flush()
-		io.Copy(conn, rw)
-	}))
-	conn, err := net.Dial("tcp", strings.TrimPrefix(fu, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: 8000-sbx1.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-	br := bufio.NewReader(conn)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != 101 {
-		t.Fatalf("upgrade: %v %v", res, err)
-	}
-	io.WriteString(conn, "ping")
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
-		t.Errorf("echo: %q %v", buf, err)
-	}
+	fu, _ := forwardSetup(t, wsEcho)
+	upgradeAndEcho(t, strings.TrimPrefix(fu, "http://"), "8000-sbx1.localhost")
 }

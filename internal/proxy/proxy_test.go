@@ -191,27 +191,38 @@ func TestStreamsWithoutBuffering(t *testing.T) {
 }
 
 func TestWebSocketUpgrade(t *testing.T) {
-	pu, port := setup(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-			http.Error(w, "not an upgrade", 400)
-			return
-		}
-		conn, rw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		rw.Flush()
-		io.Copy(conn, rw) // echo
-	}), Target{})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(pu, "http://"))
+	pu, port := setup(t, wsEcho, Target{})
+	upgradeAndEcho(t, strings.TrimPrefix(pu, "http://"), fmt.Sprintf("%d-sbx1.localhost", port))
+}
+
+// wsEcho is an upstream that takes a WebSocket upgrade and echoes what
+// comes after it.
+var wsEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(w, "not an upgrade", 400)
+		return
+	}
+	conn, rw, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	rw.Flush()
+	io.Copy(conn, rw) // echo
+})
+
+// upgradeAndEcho upgrades a connection to addr for host and checks that
+// what it sends comes back (from wsEcho, through the proxy).
+func upgradeAndEcho(t *testing.T, addr, host string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %d-sbx1.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", port)
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", host)
 	br := bufio.NewReader(conn)
 	res, err := http.ReadResponse(br, nil)
 	if err != nil || res.StatusCode != 101 {

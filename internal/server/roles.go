@@ -17,12 +17,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/dispatch"
 	"github.com/warren-sandbox/warren/internal/hostres"
-	"github.com/warren-sandbox/warren/internal/ingress"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/secret"
-	"github.com/warren-sandbox/warren/internal/setup"
 )
 
 // The roles of `warren serve --role`.
@@ -102,20 +100,11 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	}
 	defer ls.close()
 	met := metrics.New()
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return err
-	}
-	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
-		return err
-	} else if changed != "" {
-		log.Warn("data dir secured", "dir", cfg.DataDir, "changed", changed)
-	}
-	st, err := OpenStore(ctx, cfg.DataDir, cfg.StoreURL)
+	st, err := openSecured(ctx, cfg, met, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	st = met.Store(st)
 	creds, err := auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN"))
 	if err != nil {
 		return err
@@ -141,17 +130,9 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	nodeTransport := noderpc.NewTransport(cl.auth)
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
-	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
-	var certs *ingress.Certs
-	if len(ls.tls) > 0 {
-		if certs, err = ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir}); err != nil {
-			return err
-		}
-		tlsSrv := proxy.NewHTTPServer(proxyHandler)
-		tlsSrv.TLSConfig = certs.TLSConfig()
-		for _, ln := range ls.tls {
-			srvs = append(srvs, served{srv: tlsSrv, ln: ln, tls: true})
-		}
+	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
+	if err != nil {
+		return err
 	}
 	if ls.metrics != nil {
 		srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -153,18 +154,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("host settings claimed", "data_dir", cfg.DataDir, "network_prefix", cfg.NetworkPrefix, "network_cidr", cfg.NetworkCIDR,
 		"run_dir", cfg.RunDir, "cgroup_parent", cfg.CgroupParent)
 
-	// Before anything is written there.
-	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
-		return err
-	} else if changed != "" {
-		log.Warn("data dir secured: other local users could reach tenants' files below it", "dir", cfg.DataDir, "changed", changed)
-	}
-	st, err := OpenStore(ctx, cfg.DataDir, cfg.StoreURL)
+	st, err := openSecured(ctx, cfg, met, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	st = met.Store(st)
 	var creds *auth.Credentials
 	if cfg.Role == RoleAll { // a cluster's credentials are its api processes'
 		if creds, err = auth.Bootstrap(ctx, st, cfg.DataDir, os.Getenv("WARREN_API_KEY"), os.Getenv("WARREN_ACCESS_TOKEN")); err != nil {
@@ -297,17 +291,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	}), api.Timeouts{})
-	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
-	var certs *ingress.Certs
-	if len(ls.tls) > 0 {
-		if certs, err = ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir}); err != nil {
-			return err
-		}
-		tlsSrv := proxy.NewHTTPServer(proxyHandler)
-		tlsSrv.TLSConfig = certs.TLSConfig()
-		for _, ln := range ls.tls {
-			srvs = append(srvs, served{tlsSrv, ln, true})
-		}
+	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
+	if err != nil {
+		return err
 	}
 	metricsURL := ""
 	if ls.metrics != nil {
@@ -318,6 +304,44 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		"proxy_tls", tlsAddrs(ls.tls), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
 	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
 	return serveUntil(ctx, log, srvs)
+}
+
+// openSecured makes the data dir private (before anything is written
+// there) and opens the store, timed by met.
+func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slog.Logger) (store.Store, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if changed, err := setup.SecureDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	} else if changed != "" {
+		log.Warn("data dir secured: other local users could reach tenants' files below it", "dir", cfg.DataDir, "changed", changed)
+	}
+	st, err := OpenStore(ctx, cfg.DataDir, cfg.StoreURL)
+	if err != nil {
+		return nil, err
+	}
+	return met.Store(st), nil
+}
+
+// publicServers are the API's and the proxy's servers on their
+// listeners, the proxy's over TLS too when it has TLS listeners (with the
+// certificates it serves).
+func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
+	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
+	if len(ls.tls) == 0 {
+		return srvs, nil, nil
+	}
+	certs, err := ingress.New(ingress.Config{Domain: cfg.Domain, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, DataDir: cfg.DataDir})
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsSrv := proxy.NewHTTPServer(proxyHandler)
+	tlsSrv.TLSConfig = certs.TLSConfig()
+	for _, ln := range ls.tls {
+		srvs = append(srvs, served{tlsSrv, ln, true})
+	}
+	return srvs, certs, nil
 }
 
 // printExports prints the settings the E2B SDK needs to reach this

@@ -9,20 +9,11 @@ import { rmSync } from 'node:fs'
 import { Sandbox } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
 import { psql, startCluster } from '../setup/start-cluster.mjs'
-import { measure, Table } from './stats.mjs'
+import { createToCommand, measure, Table } from './stats.mjs'
 
 const table = new Table()
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const size = 64 << 20
-
-async function createToCommand(conn) {
-  const t0 = performance.now()
-  const sbx = await Sandbox.create(conn)
-  await sbx.commands.run('true')
-  const ms = performance.now() - t0
-  await sbx.kill()
-  return ms
-}
 
 // downloads times reading a 64 MiB file through conn's proxy (a signed
 // URL, so that the proxy finds the sandbox by its signature as well).

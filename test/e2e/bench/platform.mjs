@@ -8,7 +8,7 @@ import { rmSync } from 'node:fs'
 import path from 'node:path'
 import { Sandbox } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
-import { measure, percentile, Table } from './stats.mjs'
+import { createToCommand, measure, percentile, Table } from './stats.mjs'
 
 const table = new Table()
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -29,17 +29,6 @@ async function withWarren(opts, fn) {
       console.error(`warren left something in ${w.dataDir}: ${e.message}`)
     }
   }
-}
-
-// createToCommand times Sandbox.create + the first commands.run, then
-// kills the sandbox (not timed).
-async function createToCommand(conn) {
-  const t0 = performance.now()
-  const sbx = await Sandbox.create(conn)
-  await sbx.commands.run('true')
-  const ms = performance.now() - t0
-  await sbx.kill()
-  return ms
 }
 
 // Warm: the pool refills in the background; the pause between runs lets

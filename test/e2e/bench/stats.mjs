@@ -1,4 +1,6 @@
-// Small helpers for benchmark tables: percentiles and aligned rows.
+// Small helpers for benchmark tables: percentiles and aligned rows, and
+// the create → first command measure several tables share.
+import { Sandbox } from 'e2b'
 
 export function percentile(sorted, p) {
   if (sorted.length === 0) return NaN
@@ -45,4 +47,15 @@ export class Table {
 function fmt(v) {
   if (Number.isNaN(v)) return '-'
   return v >= 100 ? v.toFixed(0) : v.toFixed(2)
+}
+
+// createToCommand times Sandbox.create + the first commands.run, then
+// kills the sandbox (not timed).
+export async function createToCommand(conn) {
+  const t0 = performance.now()
+  const sbx = await Sandbox.create(conn)
+  await sbx.commands.run('true')
+  const ms = performance.now() - t0
+  await sbx.kill()
+  return ms
 }
