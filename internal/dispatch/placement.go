@@ -21,9 +21,7 @@ const nominalSandboxMB = 512
 // then by name. Spreading by load is what keeps one node from taking a
 // burst alone while its heartbeat lags.
 //
-// Every node has the base template (`warren setup`); templates built on
-// one node are not yet moved to the others, so locality does not enter
-// the order yet.
+// Locality is the caller's: Create puts a template's home first.
 func order(nodes []store.Node, now time.Time, lostAfter time.Duration, pending func(store.Node) int) []store.Node {
 	type cand struct {
 		n      store.Node

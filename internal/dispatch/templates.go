@@ -27,9 +27,11 @@ import (
 //   - the other routes (lists, tags, aliases: the store's records) to
 //     the home of "".
 //
-// Sandboxes of a template are placed on its home first (Create); a node
-// without the template refuses it and the next is asked, so a snapshot's
-// sandboxes find its node. Moving layers between nodes is not done yet.
+// Sandboxes of a template are placed on its home first (Create), where
+// its layers are; another node pulls them when it must start one
+// (internal/imagepeer). A node that cannot (a checkpoint does not move: a
+// snapshot's, or a start command's) refuses, and the next is asked, so a
+// snapshot's sandboxes find its node.
 
 // templateKey says where a platform API request goes: ok is false for
 // routes that are not the template service's; else sandbox is set for a

@@ -43,13 +43,13 @@ func (s *Store) removeStaleBuilds() error {
 	return errors.Join(errs...)
 }
 
-// removeStaleTemps removes layers/.tmp-oci-* and layers/.tmp-commit-*
-// dirs that no unpack or commit holds locked: ones a crash or kill left
+// removeStaleTemps removes layers/.tmp-oci-*, .tmp-commit-* and
+// .tmp-pull-* dirs that no unpack, commit or pull holds locked: ones a crash or kill left
 // behind. A dir younger than a minute is spared too, as its unpack may not
 // have taken the lock yet.
 func (s *Store) removeStaleTemps() error {
 	var tmps []string
-	for _, prefix := range []string{OCITempPrefix, CommitTempPrefix} {
+	for _, prefix := range []string{OCITempPrefix, CommitTempPrefix, PullTempPrefix} {
 		m, _ := filepath.Glob(filepath.Join(s.dir, "layers", prefix+"*"))
 		tmps = append(tmps, m...)
 	}

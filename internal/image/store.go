@@ -162,11 +162,15 @@ func (s *Store) LayerDir(id string) string { return filepath.Join(s.dir, "layers
 
 // Prefixes of the temporary dirs in layers/ that layers are written into
 // before they are renamed into place: an OCI layer being unpacked
-// (internal/oci) and a sandbox's writes being committed (internal/rootfs).
+// (internal/oci), a sandbox's writes being committed (internal/rootfs), a
+// layer pulled from another node.
 // Cleanup removes those nobody holds locked.
 const (
 	OCITempPrefix    = ".tmp-oci-"
 	CommitTempPrefix = ".tmp-commit-"
+	// PullTempPrefix: a layer pulled from another node
+	// (internal/imagepeer).
+	PullTempPrefix = ".tmp-pull-"
 )
 
 // MkdirLayerTemp makes a new temporary dir in layers/, named prefix and a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
@@ -37,15 +38,27 @@ const ClientAddrHeader = "Warren-Client-Addr"
 // routes that an api forwards to it (builds run on nodes).
 const PlatformPrefix = "/platform"
 
-// Handler is a node's internal address: NodeService on sbx, the
-// platform API (the template routes an api forwards) under
-// PlatformPrefix, and for every other path the sandbox traffic an api's
-// proxy forwards (served by traffic, the node's own proxy). Nothing is
-// served without the cluster's authentication but GET /health without it
-// (the probes'), which says only that the node serves.
-func Handler(sbx Sandboxes, traffic, platform http.Handler, auth *cluster.Auth) http.Handler {
+// Served is what a node serves on its internal address.
+type Served struct {
+	// Sandboxes serves NodeService.
+	Sandboxes Sandboxes
+	// Traffic is the node's own sandbox proxy: the sandbox traffic an
+	// api's proxy forwards (every path not below).
+	Traffic http.Handler
+	// Platform is the platform API, for the template routes an api
+	// forwards (under PlatformPrefix); nil: none.
+	Platform http.Handler
+	// Images serves built images to the other nodes
+	// (internal/imagepeer, under imagepeer.Prefix); nil: none.
+	Images http.Handler
+}
+
+// Handler is a node's internal address. Nothing is served without the
+// cluster's authentication but GET /health without it (the probes'),
+// which says only that the node serves.
+func Handler(s Served, auth *cluster.Auth) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeServiceHandler(service{sbx}))
+	mux.Handle(nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}))
 	fromClient := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a := r.Header.Get(ClientAddrHeader); a != "" {
@@ -55,10 +68,13 @@ func Handler(sbx Sandboxes, traffic, platform http.Handler, auth *cluster.Auth) 
 			h.ServeHTTP(w, r)
 		})
 	}
-	if platform != nil {
-		mux.Handle(PlatformPrefix+"/", fromClient(http.StripPrefix(PlatformPrefix, platform)))
+	if s.Platform != nil {
+		mux.Handle(PlatformPrefix+"/", fromClient(http.StripPrefix(PlatformPrefix, s.Platform)))
 	}
-	mux.Handle("/", fromClient(traffic))
+	if s.Images != nil {
+		mux.Handle(imagepeer.Prefix, s.Images)
+	}
+	mux.Handle("/", fromClient(s.Traffic))
 	authed := auth.Require(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get(cluster.AuthHeader) == "" {

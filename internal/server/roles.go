@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/secret"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // The roles of `warren serve --role`.
@@ -141,6 +142,20 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		"proxy_tls", tlsAddrs(ls.tls), "lost_after", cfg.LostAfter)
 	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
 	return serveUntil(ctx, log, srvs)
+}
+
+// nodeAddr finds a node's internal address in the store.
+func nodeAddr(st store.NodeStore) func(ctx context.Context, name string) (string, error) {
+	return func(ctx context.Context, name string) (string, error) {
+		n, err := st.GetNode(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		if n.Address == "" {
+			return "", fmt.Errorf("node %s has no internal address", name)
+		}
+		return n.Address, nil
+	}
 }
 
 // listeners are the public addresses of the api and all roles.

@@ -29,6 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/ingress"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/network"
@@ -199,8 +200,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var mgr *sandbox.Manager   // made below, before anything is served
 	var member *cluster.Member // likewise, once the manager has started
+	var pull func(ctx context.Context, node, imageID string) error
+	if cfg.Role == RoleNode {
+		// A template built on another node is pulled from it.
+		pull = (&imagepeer.Puller{Images: images, Transport: noderpc.NewTransport(cl.auth), Addr: nodeAddr(st)}).Pull
+	}
 	builder, err := template.New(template.Config{
-		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Concurrency: cfg.BuildConcurrency,
+		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Pull: pull, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
 		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) },
@@ -279,7 +285,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		})
-		srvs := []served{{proxy.NewHTTPServer(noderpc.Handler(mgr, proxyHandler, platform, cl.auth)), nodeLn, false}}
+		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
+		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
 		}

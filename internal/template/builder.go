@@ -84,6 +84,10 @@ type Config struct {
 	Node   *node.Node
 	// NodeName is recorded on builds. Default "local".
 	NodeName string
+	// Pull, in a cluster, brings the image of a build made on another
+	// node into Images (internal/imagepeer); nil: builds are this
+	// node's only.
+	Pull func(ctx context.Context, node, imageID string) error
 	// Concurrency bounds the builds that run at once; the others wait.
 	// Default 2.
 	Concurrency int

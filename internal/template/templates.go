@@ -266,15 +266,29 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	if err != nil {
 		return Resolved{}, err
 	}
-	img, err := b.cfg.Images.Template(bd.ID)
+	img, err := b.image(ctx, bd)
 	if err != nil {
-		return Resolved{}, fmt.Errorf("%w: template %q: build %s has no image: %v", ErrNotFound, ref, bd.ID, err)
+		return Resolved{}, fmt.Errorf("%w: template %q: build %s has no image here: %v", ErrNotFound, ref, bd.ID, err)
 	}
 	r := Resolved{TemplateID: t.ID, BuildID: bd.ID, Image: img, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB}
 	if len(t.Names) > 0 {
 		r.Alias = t.Names[0]
 	}
 	return r, nil
+}
+
+// image is build bd's image: this node's, else (in a cluster) pulled
+// from the node that built it, once.
+func (b *Builder) image(ctx context.Context, bd store.Build) (*image.Template, error) {
+	img, err := b.cfg.Images.Template(bd.ID)
+	if err == nil || !errors.Is(err, image.ErrNotFound) || b.cfg.Pull == nil || bd.Node == "" || bd.Node == b.cfg.NodeName {
+		return img, err
+	}
+	if err := b.cfg.Pull(ctx, bd.Node, bd.ID); err != nil {
+		return nil, err
+	}
+	b.log.InfoContext(ctx, "template: pulled a build's image from the node that built it", "build", bd.ID, "template", bd.TemplateID, "from", bd.Node)
+	return b.cfg.Images.Template(bd.ID)
 }
 
 // SandboxTemplate is Resolve for the sandbox manager

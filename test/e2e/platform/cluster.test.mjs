@@ -4,8 +4,9 @@
 // address range and ports. Sandboxes spread over both nodes and are
 // reached through either api; a node's internal address refuses requests
 // without the cluster secret; cordon stops placement; restarting an api
-// loses nothing; a template built through the api starts (on the node
-// that built it), a snapshot on its sandbox's node; a volume is shared by
+// loses nothing; a template built through the api starts on the node
+// that built it, and on the other node, which pulls its image; a snapshot
+// starts on its sandbox's node; a volume is shared by
 // sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
@@ -122,7 +123,7 @@ test('two api processes serve the same sandboxes, and restarting one loses nothi
   await resumed.kill()
 }, 120_000)
 
-test('a template built through the api runs on its node; a snapshot starts on its sandbox\'s node', async () => {
+test('a template built through the api runs on its node, and on the other once it pulls it; a snapshot starts on its sandbox\'s node', async () => {
   const [one, two] = apis
   const name = `cluster-tpl-${Date.now()}`
   await Template.build(Template().fromTemplate('base').runCmd('echo built-in-the-cluster > /tmp/built.txt'), name, { ...one.opts })
@@ -134,7 +135,21 @@ test('a template built through the api runs on its node; a snapshot starts on it
     homes.add(nodeOf(s.sandboxId))
     await s.kill()
   }
-  expect(homes.size).toBe(1) // the node that built it
+  expect(homes.size).toBe(1) // its home: the node that built it
+  // The other node pulls its image from there when it has to start one.
+  const [home] = homes
+  const other = home === 'na' ? 'nb' : 'na'
+  warrenNodes('cordon', home)
+  try {
+    await sleep(2500) // the node follows its state at its next heartbeat
+    const s = await Sandbox.create(name, two.opts)
+    expect(nodeOf(s.sandboxId)).toBe(other)
+    expect((await s.commands.run('cat /tmp/built.txt')).stdout).toBe('built-in-the-cluster\n')
+    await s.kill()
+  } finally {
+    warrenNodes('uncordon', home)
+  }
+  await sleep(2500)
 
   // A snapshot stays on its sandbox's node, whichever node that is.
   const parents = await Promise.all([Sandbox.create(one.opts), Sandbox.create(one.opts)])
