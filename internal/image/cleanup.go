@@ -44,7 +44,8 @@ func (s *Store) removeStaleBuilds() error {
 }
 
 // removeStaleTemps removes layers/.tmp-oci-*, .tmp-commit-* and
-// .tmp-pull-* dirs that no unpack, commit or pull holds locked: ones a crash or kill left
+// .tmp-pull-* dirs (and snapshots/.tmp-pull-*) that no unpack, commit or
+// pull holds locked: ones a crash or kill left
 // behind. A dir younger than a minute is spared too, as its unpack may not
 // have taken the lock yet.
 func (s *Store) removeStaleTemps() error {
@@ -53,6 +54,8 @@ func (s *Store) removeStaleTemps() error {
 		m, _ := filepath.Glob(filepath.Join(s.dir, "layers", prefix+"*"))
 		tmps = append(tmps, m...)
 	}
+	m, _ := filepath.Glob(filepath.Join(s.dir, "snapshots", PullTempPrefix+"*"))
+	tmps = append(tmps, m...)
 	var errs []error
 	for _, t := range tmps {
 		fi, err := os.Lstat(t)

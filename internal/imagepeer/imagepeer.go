@@ -6,11 +6,13 @@
 //
 // A layer travels as a tar stream in the form internal/layertar unpacks
 // (overlayfs whiteouts as character devices 0:0, an opaque directory as a
-// ".wh..wh..opq" entry), with the SHA-256 of the stream in a trailer that
-// the puller checks before the layer is renamed into place: a layer cut
-// short or damaged on the way is never used. What layertar does not take
-// is lost on the way: extended attributes other than security.capability
-// (user.*, ACLs), and holes (a sparse file arrives whole).
+// ".wh..wh..opq" entry); a checkpoint (snapshot.go) as the data of its
+// files, holes left out. Each stream carries its SHA-256 in a trailer that
+// the puller checks before the layer or checkpoint is renamed into place:
+// one cut short or damaged on the way is never used. What layertar does
+// not take is lost on the way: extended attributes other than
+// security.capability (user.*, ACLs), and a layer's holes (a sparse file
+// in a layer arrives whole).
 package imagepeer
 
 import (
@@ -40,8 +42,9 @@ const Prefix = "/images/"
 // DigestTrailer carries the SHA-256 of a layer's tar stream.
 const DigestTrailer = "Warren-Layer-Digest"
 
-// Handler serves images' records (GET /images/templates/ID) and layers
-// (GET /images/layers/ID) from images. It belongs behind the cluster's
+// Handler serves images' records (GET /images/templates/ID), layers
+// (GET /images/layers/ID) and checkpoints (GET /images/snapshots/ID) from
+// images. It belongs behind the cluster's
 // authentication (internal/noderpc).
 func Handler(images *image.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -68,23 +71,28 @@ func Handler(images *image.Store) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(t)
 		case "layers":
-			dir := images.LayerDir(id)
-			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-				http.Error(w, "no layer "+id, http.StatusNotFound)
-				return
-			}
-			w.Header().Set("Content-Type", "application/x-tar")
-			w.Header().Set("Trailer", DigestTrailer)
-			h := sha256.New()
-			if err := writeLayer(io.MultiWriter(w, h), dir); err != nil {
-				// The status is sent: the missing trailer tells the puller.
-				return
-			}
-			w.Header().Set(DigestTrailer, hex.EncodeToString(h.Sum(nil)))
+			serveDir(w, images.LayerDir(id), "application/x-tar", writeLayer)
+		case "snapshots":
+			serveDir(w, images.SnapshotDir(id), "application/octet-stream", writeSnapshot)
 		default:
 			http.NotFound(w, r)
 		}
 	})
+}
+
+// serveDir streams dir with write, the stream's digest in the trailer.
+func serveDir(w http.ResponseWriter, dir, contentType string, write func(io.Writer, string) error) {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		http.Error(w, "no "+filepath.Base(dir), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Trailer", DigestTrailer)
+	h := sha256.New()
+	if err := write(io.MultiWriter(w, h), dir); err != nil {
+		return // the status is sent: the missing trailer tells the puller
+	}
+	w.Header().Set(DigestTrailer, hex.EncodeToString(h.Sum(nil)))
 }
 
 // writeLayer writes the layer at root as a tar stream, entries sorted by

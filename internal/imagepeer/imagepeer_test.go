@@ -3,6 +3,7 @@ package imagepeer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -123,10 +124,55 @@ func TestPullRefusesADamagedLayer(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	// An image that starts from a checkpoint does not move.
-	from.PutTemplate(&image.Template{ID: "b2", Layers: []string{"l1"}, Snapshot: "s1"})
-	if err := p.Pull(context.Background(), "builder", "b2"); err == nil || !strings.Contains(err.Error(), "checkpoint") {
-		t.Errorf("an image with a checkpoint: %v", err)
+}
+
+// A checkpoint travels with its image: what its files hold, holes kept.
+func TestPullMovesACheckpoint(t *testing.T) {
+	testenv.NeedRoot(t)
+	from, _ := image.Open(t.TempDir())
+	to, _ := image.Open(t.TempDir())
+	builtLayer(t, from, "l1")
+	sd := from.SnapshotDir("s1")
+	if err := os.MkdirAll(sd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(sd, "checkpoint.img"), []byte("kernel state"), 0o600)
+	disk, err := os.Create(filepath.Join(sd, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk.Truncate(2 << 30) // 2 GiB apparent, a few bytes held
+	disk.WriteAt([]byte("superblock"), 1024)
+	disk.WriteAt([]byte("a file"), 1<<30)
+	disk.Close()
+	from.PutTemplate(&image.Template{ID: "b2", Layers: []string{"l1"}, Snapshot: "s1", SnapshotDisk: true})
+	srv := httptest.NewServer(Handler(from))
+	defer srv.Close()
+	p := &Puller{Images: to, Transport: http.DefaultTransport,
+		Addr: func(context.Context, string) (string, error) { return strings.TrimPrefix(srv.URL, "http://"), nil }}
+	if err := p.Pull(context.Background(), "builder", "b2"); err != nil {
+		t.Fatal(err)
+	}
+	got := to.SnapshotDir("s1")
+	if b, _ := os.ReadFile(filepath.Join(got, "checkpoint.img")); string(b) != "kernel state" {
+		t.Errorf("checkpoint.img holds %q", b)
+	}
+	f, err := os.Open(filepath.Join(got, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 10)
+	f.ReadAt(buf, 1024)
+	tail := make([]byte, 6)
+	f.ReadAt(tail, 1<<30)
+	var st unix.Stat_t
+	unix.Fstat(int(f.Fd()), &st)
+	if string(buf) != "superblock" || string(tail) != "a file" || st.Size != 2<<30 {
+		t.Errorf("disk.img: %q %q, %d bytes", buf, tail, st.Size)
+	}
+	if st.Blocks*512 > 1<<20 {
+		t.Errorf("disk.img takes %d bytes: its holes were filled", st.Blocks*512)
 	}
 }
 
@@ -159,5 +205,39 @@ func TestHandlerRefusesBadIDs(t *testing.T) {
 		if res.StatusCode != want {
 			t.Errorf("%s: %d, want %d", path, res.StatusCode, want)
 		}
+	}
+}
+
+// A checkpoint stream names files only inside its dir, and writes only
+// within each file's size.
+func TestReadSnapshotRefusesABadStream(t *testing.T) {
+	for name, stream := range map[string]string{
+		"a path":             "file ../escape 3 600\ndata 0 3\nabcend\ndone\n",
+		"a sub dir":          "file a/b 3 600\nend\ndone\n",
+		"dot dot":            "file .. 3 600\nend\ndone\n",
+		"past its size":      "file f 3 600\ndata 2 5\nabcdeend\ndone\n",
+		"a negative offset":  "file f 3 600\ndata -1 1\naend\ndone\n",
+		"cut short":          "file f 10 600\ndata 0 10\nabc",
+		"no done":            "file f 0 600\nend\n",
+		"an unknown line":    "rm -rf /\n",
+		"a file named twice": "file f 0 600\nend\nfile f 0 600\nend\ndone\n",
+	} {
+		dir := t.TempDir()
+		parent := filepath.Dir(dir)
+		before, _ := os.ReadDir(parent)
+		if _, err := readSnapshot(strings.NewReader(stream), dir); err == nil {
+			t.Errorf("%s: taken", name)
+		}
+		if after, _ := os.ReadDir(parent); len(after) != len(before) {
+			t.Errorf("%s: wrote beside the dir", name)
+		}
+	}
+	var many strings.Builder
+	for i := range maxSnapshotFiles + 1 {
+		fmt.Fprintf(&many, "file f%d 0 600\nend\n", i)
+	}
+	many.WriteString("done\n")
+	if _, err := readSnapshot(strings.NewReader(many.String()), t.TempDir()); err == nil {
+		t.Error("too many files: taken")
 	}
 }

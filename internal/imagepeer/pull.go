@@ -31,14 +31,11 @@ type Puller struct {
 	pulling map[string]*sync.Mutex // by image ID: one pull at a time
 }
 
-// ErrNotMovable: the image cannot be pulled, only used where it is.
-var ErrNotMovable = errors.New("the image cannot move between nodes")
-
 // maxRecord bounds an image record's size.
 const maxRecord = 1 << 20
 
 // Pull makes image id, built on node, present in p.Images: its layers
-// first (those it lacks), then its record.
+// (those it lacks) and its checkpoint first, then its record.
 func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	if !image.ValidID(id) {
 		return fmt.Errorf("imagepeer: invalid image id %q", id)
@@ -73,10 +70,7 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	if err != nil || t.ID != id {
 		return fmt.Errorf("imagepeer: image %s from node %s: a record that does not parse (%v)", id, node, err)
 	}
-	if t.Snapshot != "" {
-		// Checkpoints do not travel (yet): its sandboxes start where it was built.
-		return fmt.Errorf("imagepeer: image %s starts from a checkpoint kept on node %s: %w", id, node, ErrNotMovable)
-	}
+
 	for _, l := range t.Layers {
 		if !image.ValidID(l) {
 			return fmt.Errorf("imagepeer: image %s names an invalid layer %q", id, l)
@@ -88,7 +82,29 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 			return err
 		}
 	}
+	if t.Snapshot != "" && !p.Images.HasSnapshot(t.Snapshot) {
+		if !image.ValidID(t.Snapshot) {
+			return fmt.Errorf("imagepeer: image %s names an invalid checkpoint %q", id, t.Snapshot)
+		}
+		if err := p.pullSnapshot(ctx, base, node, t.Snapshot); err != nil {
+			return err
+		}
+	}
 	return p.Images.PutTemplate(&t)
+}
+
+// lockDir flocks a temporary dir while it is written: image.Store's
+// Cleanup spares a locked one.
+func lockDir(dir string) (unlock func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("imagepeer: locking %s: %w", dir, err)
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // get asks url, a 200 or an error.
@@ -121,23 +137,17 @@ func (p *Puller) pullLayer(ctx context.Context, base, node, id string) error {
 	if err != nil {
 		return err
 	}
-	// Locked while it is written: image.Store's Cleanup spares it.
-	fd, err := unix.Open(tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("imagepeer: locking %s: %w", tmp, err)
-	}
 	done := false
 	defer func() {
 		if !done {
 			os.RemoveAll(tmp)
 		}
 	}()
+	unlock, err := lockDir(tmp)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	res, err := p.get(ctx, base+"layers/"+id)
 	if err != nil {
 		return err

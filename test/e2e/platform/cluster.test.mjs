@@ -5,8 +5,8 @@
 // reached through either api; a node's internal address refuses requests
 // without the cluster secret; cordon stops placement; restarting an api
 // loses nothing; a template built through the api starts on the node
-// that built it, and on the other node, which pulls its image; a snapshot
-// starts on its sandbox's node; a volume is shared by
+// that built it, and on the other node, which pulls its image; so does a
+// snapshot, with its processes; a volume is shared by
 // sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
@@ -123,7 +123,7 @@ test('two api processes serve the same sandboxes, and restarting one loses nothi
   await resumed.kill()
 }, 120_000)
 
-test('a template built through the api runs on its node, and on the other once it pulls it; a snapshot starts on its sandbox\'s node', async () => {
+test('a template built through the api runs on its node, and on the other once it pulls it; so does a snapshot, its processes with it', async () => {
   const [one, two] = apis
   const name = `cluster-tpl-${Date.now()}`
   await Template.build(Template().fromTemplate('base').runCmd('echo built-in-the-cluster > /tmp/built.txt'), name, { ...one.opts })
@@ -151,17 +151,27 @@ test('a template built through the api runs on its node, and on the other once i
   }
   await sleep(2500)
 
-  // A snapshot stays on its sandbox's node, whichever node that is.
-  const parents = await Promise.all([Sandbox.create(one.opts), Sandbox.create(one.opts)])
-  for (const p of parents) {
-    await p.files.write('/home/user/snap.txt', 'from ' + p.sandboxId)
-    const snap = await p.createSnapshot()
+  // A snapshot starts on either node: the other pulls its checkpoint.
+  const p = await Sandbox.create(one.opts)
+  await p.commands.run('sleep 3600 & echo $! > /tmp/bg.pid')
+  await p.files.write('/home/user/snap.txt', 'from ' + p.sandboxId)
+  const snap = await p.createSnapshot()
+  const at = nodeOf(p.sandboxId)
+  const elsewhere = at === 'na' ? 'nb' : 'na'
+  warrenNodes('cordon', at)
+  try {
+    await sleep(2500)
     const child = await Sandbox.create(snap.snapshotId, one.opts)
-    expect(nodeOf(child.sandboxId)).toBe(nodeOf(p.sandboxId))
+    expect(nodeOf(child.sandboxId)).toBe(elsewhere)
     expect(await child.files.read('/home/user/snap.txt')).toBe('from ' + p.sandboxId)
+    // Its processes came along (restored, not booted).
+    expect((await child.commands.run('kill -0 $(cat /tmp/bg.pid) && echo alive')).stdout).toBe('alive\n')
+    expect((await child.commands.run('hostname')).stdout).toBe(`${child.sandboxId}\n`)
     await child.kill()
-    await p.kill()
+  } finally {
+    warrenNodes('uncordon', at)
   }
+  await p.kill()
 }, 300_000)
 
 test('a team volume, made through one api, is shared by sandboxes on both nodes', async () => {
