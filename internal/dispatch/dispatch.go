@@ -235,6 +235,9 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		// Locality: a built template's layers are on its home.
 		cands = homeFirst(cands, h.Name)
 	}
+	// A warm sandbox of it waits there: before any node that would
+	// boot one (each group in its order).
+	cands = warmFirst(cands, req.TemplateID, d.pendingLocked)
 	if len(cands) > 0 {
 		d.inflight[cands[0].Name]++
 	}
@@ -290,6 +293,26 @@ func homeFirst(ns []store.Node, name string) []store.Node {
 		}
 	}
 	return ns
+}
+
+// warmFirst moves the nodes that hold a warm sandbox of template, more
+// than the creates sent there since their heartbeat would have claimed,
+// to the front of ns, keeping the order within both groups: a burst
+// claims the warm sandboxes it finds, then spreads as before.
+func warmFirst(ns []store.Node, template string, pending func(store.Node) int) []store.Node {
+	out := make([]store.Node, 0, len(ns))
+	warm := func(n store.Node) bool { return n.Warm[template] > pending(n) }
+	for _, n := range ns {
+		if warm(n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range ns {
+		if !warm(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // pendingLocked is how many sandboxes node n holds beyond its last

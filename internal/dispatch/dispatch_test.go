@@ -487,6 +487,45 @@ func TestTemplatesGoHome(t *testing.T) {
 	}
 }
 
+// A node that holds a warm sandbox of the template comes first, home or
+// not; among the others, the order stands.
+func TestWarmNodesFirst(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	home, _ := c.d.home(ctx, "tpl3")
+	other := map[string]string{"na": "nb", "nb": "na"}[home.Name]
+	for _, f := range c.nodes {
+		f.templates = map[string]bool{"tpl3": true}
+	}
+	if _, err := c.st.HeartbeatNode(ctx, other, c.now, store.NodeUsage{Warm: map[string]int{"base": 2, "tpl3": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	c.later(time.Second)
+	rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"})
+	if err != nil || rec.Node != other {
+		t.Fatalf("create of tpl3, warm on %s, home %s: %+v %v", other, home.Name, rec.Node, err)
+	}
+	// Its one warm sandbox is taken: the next goes home.
+	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
+		t.Fatalf("the second create of tpl3: %+v %v", rec.Node, err)
+	}
+	w := func(t map[string]int) store.NodeUsage { return store.NodeUsage{Warm: t} }
+	ns := []store.Node{{Name: "a"}, {Name: "b", NodeUsage: w(map[string]int{"x": 1})}, {Name: "c"}, {Name: "d", NodeUsage: w(map[string]int{"x": 3, "y": 1})}}
+	order := func(pending map[string]int) string {
+		var got []string
+		for _, n := range warmFirst(ns, "x", func(n store.Node) int { return pending[n.Name] }) {
+			got = append(got, n.Name)
+		}
+		return strings.Join(got, " ")
+	}
+	if got := order(nil); got != "b d a c" {
+		t.Errorf("warmFirst: %v", got)
+	}
+	if got := order(map[string]int{"b": 1, "d": 2}); got != "d a b c" {
+		t.Errorf("warmFirst with creates sent: %v", got)
+	}
+}
+
 func TestTemplateKey(t *testing.T) {
 	for path, want := range map[string][3]string{
 		"/templates":                     {"", "", "y"},

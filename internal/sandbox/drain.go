@@ -14,8 +14,9 @@ import (
 // refuses new sandboxes on a cordoned or draining node.
 
 // Usage is what this node holds now: its running sandboxes (paused and
-// warm ones are not counted), and the nominal CPUs and memory of all it
-// runs, warm and starting sandboxes included (what admission counts).
+// warm ones are not counted), the nominal CPUs and memory of all it runs,
+// warm and starting sandboxes included (what admission counts), and its
+// warm sandboxes by template.
 func (m *Manager) Usage() store.NodeUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -26,7 +27,13 @@ func (m *Manager) Usage() store.NodeUsage {
 			running++
 		}
 	}
-	return store.NodeUsage{Sandboxes: running, UsedCPUs: u.cpus, UsedMemoryMB: u.memoryMB}
+	warm := map[string]int{}
+	for id, p := range m.pools {
+		if n := len(p.ready); n > 0 {
+			warm[id] = n
+		}
+	}
+	return store.NodeUsage{Sandboxes: running, UsedCPUs: u.cpus, UsedMemoryMB: u.memoryMB, Warm: warm}
 }
 
 // Drain pauses every running sandbox of the node, with its memory where

@@ -40,6 +40,8 @@ type Node struct {
 // NodeUsage is what a node's heartbeat reports.
 type NodeUsage struct {
 	Sandboxes, UsedCPUs, UsedMemoryMB int
+	// Warm counts the warm sandboxes it holds, by template ID.
+	Warm map[string]int
 }
 
 // Lost says whether the node has not been heard from within after of now.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -23,14 +24,17 @@ func TestNodes(t *testing.T) {
 		}
 		got, err := s.GetNode(ctx, "a")
 		a.State = NodeReady
-		if err != nil || got != a {
+		if err != nil || !reflect.DeepEqual(got, a) {
 			t.Errorf("GetNode = %+v %v, want %+v", got, err, a)
 		}
 		// A heartbeat records the use and answers the state.
 		at := t0.Add(2 * time.Second)
-		state, err := s.HeartbeatNode(ctx, "a", at, NodeUsage{Sandboxes: 3, UsedCPUs: 6, UsedMemoryMB: 1536})
+		state, err := s.HeartbeatNode(ctx, "a", at, NodeUsage{Sandboxes: 3, UsedCPUs: 6, UsedMemoryMB: 1536, Warm: map[string]int{"base": 2, "t1": 1, "none": 0}})
 		if err != nil || state != NodeReady {
 			t.Errorf("heartbeat: %s %v", state, err)
+		}
+		if got, _ := s.GetNode(ctx, "a"); got.UsedMemoryMB != 1536 || !reflect.DeepEqual(got.Warm, map[string]int{"base": 2, "t1": 1}) {
+			t.Errorf("after a heartbeat: %+v", got)
 		}
 		if _, err := s.HeartbeatNode(ctx, "nobody", at, NodeUsage{}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("the heartbeat of an unregistered node: %v", err)

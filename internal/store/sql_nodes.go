@@ -3,37 +3,72 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
-const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb"
+const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb, warm"
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var registered, heartbeat int64
-	var state string
+	var state, warm string
 	err := row.Scan(&n.Name, &n.Address, &n.Runtime, &n.CPUs, &n.MemoryMB, &n.MaxSandboxes, &state,
-		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB)
+		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB, &warm)
 	n.State, n.RegisteredAt, n.HeartbeatAt = NodeState(state), fromMS(registered), fromMS(heartbeat)
+	n.Warm = parseWarm(warm)
 	return n, err
+}
+
+// formatWarm is NodeUsage.Warm as the warm column keeps it:
+// "ID=COUNT,..." in ID order.
+func formatWarm(w map[string]int) string {
+	ids := make([]string, 0, len(w))
+	for id, n := range w {
+		if n > 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for i, id := range ids {
+		ids[i] = id + "=" + strconv.Itoa(w[id])
+	}
+	return strings.Join(ids, ",")
+}
+
+// parseWarm reads the warm column; what does not parse is left out.
+func parseWarm(s string) map[string]int {
+	if s == "" {
+		return nil
+	}
+	w := map[string]int{}
+	for _, e := range strings.Split(s, ",") {
+		id, n, _ := strings.Cut(e, "=")
+		if c, err := strconv.Atoi(n); err == nil && id != "" && c > 0 {
+			w[id] = c
+		}
+	}
+	return w
 }
 
 func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
 	if n.Name == "" {
 		return fmt.Errorf("store: a node without a name")
 	}
-	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (name) DO UPDATE SET address = excluded.address, runtime = excluded.runtime, cpus = excluded.cpus, "+
 		"memory_mb = excluded.memory_mb, max_sandboxes = excluded.max_sandboxes, heartbeat_at = excluded.heartbeat_at, "+
-		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb"),
+		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb, warm = excluded.warm"),
 		n.Name, n.Address, n.Runtime, n.CPUs, n.MemoryMB, n.MaxSandboxes, string(NodeReady),
-		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB)
+		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB, formatWarm(n.Warm))
 	return err
 }
 
 func (s *SQL) HeartbeatNode(ctx context.Context, name string, at time.Time, u NodeUsage) (NodeState, error) {
-	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ? WHERE name = ?"),
-		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, name)
+	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ?, warm = ? WHERE name = ?"),
+		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, formatWarm(u.Warm), name)
 	if err != nil {
 		return "", err
 	}
