@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -83,14 +84,22 @@ func runNodes(ctx context.Context, args []string) error {
 // starting NAME STATE SANDBOXES (scripts rely on those three columns).
 func printNodes(out io.Writer, nodes []store.Node, now time.Time, lostAfter time.Duration) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSTATE\tSANDBOXES\tADDRESS\tRUNTIME\tFREE_CPU\tFREE_MEMORY_MB\tHEARTBEAT")
+	fmt.Fprintln(w, "NAME\tSTATE\tSANDBOXES\tADDRESS\tRUNTIME\tFREE_CPU\tFREE_MEMORY_MB\tFREE_DISK_MB\tLABELS\tHEARTBEAT")
 	for _, n := range nodes {
-		addr := n.Address
+		addr, labels := n.Address, "-"
 		if addr == "" {
 			addr = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", n.Name, cluster.StateOf(n, now, lostAfter), n.Sandboxes, addr, n.Runtime,
-			n.CPUs-n.UsedCPUs, n.MemoryMB-n.UsedMemoryMB, now.Sub(n.HeartbeatAt).Round(time.Second).String()+" ago")
+		if len(n.Labels) > 0 {
+			var l []string
+			for k, v := range n.Labels {
+				l = append(l, k+"="+v)
+			}
+			slices.Sort(l)
+			labels = strings.Join(l, ",")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", n.Name, cluster.StateOf(n, now, lostAfter), n.Sandboxes, addr, n.Runtime,
+			n.CPUs-n.UsedCPUs, n.MemoryMB-n.UsedMemoryMB, n.FreeDiskMB, labels, now.Sub(n.HeartbeatAt).Round(time.Second).String()+" ago")
 	}
 	return w.Flush()
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"github.com/warren-sandbox/warren/internal/store"
 	"log/slog"
 	"os"
 	"strings"
@@ -27,6 +29,26 @@ func (l *registryList) Set(v string) error {
 		return err
 	}
 	*l = append(*l, v)
+	return nil
+}
+
+// labelList is --node-label: repeatable, each KEY=VALUE or a
+// comma-separated list of them.
+type labelList map[string]string
+
+func (l *labelList) String() string { return "" }
+
+func (l *labelList) Set(v string) error {
+	if *l == nil {
+		*l = map[string]string{}
+	}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || !store.ValidLabel(k, val) {
+			return fmt.Errorf("%q: want KEY=VALUE, each 1 to 63 letters, digits or . _ / -", kv)
+		}
+		(*l)[k] = val
+	}
 	return nil
 }
 
@@ -68,6 +90,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.Role, "role", server.RoleAll, "what this process does: all (one box: API, proxy and sandboxes), api (API and proxy of a cluster, sandboxes on its nodes) or node (a cluster's sandboxes and builds, served to the api processes at --node-addr)")
 	fs.StringVar(&f.NodeAddr, "node-addr", "", "`HOST:PORT` where a --role node process serves the api processes (the internal RPC and forwarded sandbox traffic); they must reach it")
 	fs.StringVar(&f.ClusterSecretFile, "cluster-secret-file", "", "`FILE` holding the cluster secret that authenticates the processes of a cluster to each other (default: $WARREN_CLUSTER_SECRET)")
+	fs.Var((*labelList)(&f.NodeLabels), "node-label", "`KEY=VALUE` labelling this node in `warren nodes` (repeatable, or comma-separated; letters, digits and . _ / -)")
 	fs.DurationVar(&f.LostAfter, "lost-after", cluster.DefaultLostAfter, "a node not heard from for this long is lost: the api role places nothing there and reports its sandboxes gone")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")

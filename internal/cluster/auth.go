@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,8 +15,11 @@ import (
 )
 
 // AuthHeader carries a request's proof that its sender holds the cluster
-// secret: "<unix seconds>.<hex HMAC-SHA256>" over the time, the method and
-// the path. Every request to a node's internal address has one.
+// secret: "<unix seconds>.<nonce>.<hex HMAC-SHA256>" over the time, the
+// nonce, the method and the path. Every request to a node's internal
+// address has one, and the node's answer carries in the same header the
+// HMAC of the request's: the api knows it reached a holder of the secret,
+// and an answer cannot be replayed to another request.
 const AuthHeader = "Warren-Cluster-Auth"
 
 // authSkew is how far a request's time may be from the node's clock: a
@@ -69,17 +73,24 @@ func LoadSecret(file string) ([]byte, error) {
 	return nil, nil
 }
 
-func (a *Auth) mac(ts, method, path string) string {
+func (a *Auth) mac(parts ...string) string {
 	m := hmac.New(sha256.New, a.key)
-	m.Write([]byte(ts + "\n" + method + "\n" + path))
+	m.Write([]byte(strings.Join(parts, "\n")))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Sign sets r's AuthHeader.
 func (a *Auth) Sign(r *http.Request) {
 	ts := strconv.FormatInt(a.now().Unix(), 10)
-	r.Header.Set(AuthHeader, ts+"."+a.mac(ts, r.Method, r.URL.Path))
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	nonce := hex.EncodeToString(b[:])
+	r.Header.Set(AuthHeader, ts+"."+nonce+"."+a.mac("request", ts, nonce, r.Method, r.URL.Path))
 }
+
+// answer is the AuthHeader of the answer to a request whose AuthHeader
+// is req.
+func (a *Auth) answer(req string) string { return a.mac("answer", req) }
 
 // errUnauthenticated is what a request without a valid AuthHeader gets;
 // it does not say which part failed.
@@ -92,19 +103,29 @@ func (a *Auth) Check(r *http.Request) error {
 	if len(vs) != 1 {
 		return errUnauthenticated
 	}
-	ts, sig, ok := strings.Cut(vs[0], ".")
-	if !ok {
+	f := strings.Split(vs[0], ".")
+	if len(f) != 3 {
 		return errUnauthenticated
 	}
-	secs, err := strconv.ParseInt(ts, 10, 64)
+	secs, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
 		return errUnauthenticated
 	}
 	if d := a.now().Sub(time.Unix(secs, 0)); d > authSkew || d < -authSkew {
 		return errUnauthenticated
 	}
-	if !hmac.Equal([]byte(sig), []byte(a.mac(ts, r.Method, r.URL.Path))) {
+	if !hmac.Equal([]byte(f[2]), []byte(a.mac("request", f[0], f[1], r.Method, r.URL.Path))) {
 		return errUnauthenticated
+	}
+	return nil
+}
+
+// CheckAnswer verifies that res answers req (signed by Sign) from a
+// holder of the secret.
+func (a *Auth) CheckAnswer(req *http.Request, res *http.Response) error {
+	want := a.answer(req.Header.Get(AuthHeader))
+	if got := res.Header.Values(AuthHeader); len(got) != 1 || !hmac.Equal([]byte(got[0]), []byte(want)) {
+		return errors.New("the node's answer does not prove it holds the cluster secret")
 	}
 	return nil
 }
@@ -119,13 +140,14 @@ func (a *Auth) Require(h http.Handler) http.Handler {
 			_, _ = w.Write([]byte(`{"code":401,"message":"` + err.Error() + `"}`))
 			return
 		}
+		w.Header().Set(AuthHeader, a.answer(r.Header.Get(AuthHeader)))
 		r.Header.Del(AuthHeader)
 		h.ServeHTTP(w, r)
 	})
 }
 
 // Transport signs every request it sends through base (nil:
-// http.DefaultTransport).
+// http.DefaultTransport) and checks every answer.
 func (a *Auth) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -138,8 +160,19 @@ type signingTransport struct {
 	base http.RoundTripper
 }
 
+// RoundTrip signs r and takes only an answer that proves the node holds
+// the secret (a 401 of the node's own, for a request it refused, too).
 func (t signingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context()) // a RoundTripper must not change its request
 	t.a.Sign(r)
-	return t.base.RoundTrip(r)
+	res, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.a.CheckAnswer(r, res); err != nil && res.StatusCode != http.StatusUnauthorized {
+		res.Body.Close()
+		return nil, err
+	}
+	res.Header.Del(AuthHeader) // the proof goes no further (the proxy's client)
+	return res, nil
 }

@@ -66,3 +66,12 @@ func FreeMB(path string) (int64, error) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize) >> 20, nil
 }
+
+// DiskMB is the size of the file system holding path, in MiB.
+func DiskMB(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("hostres: statfs %s: %w", path, err)
+	}
+	return int64(st.Blocks) * int64(st.Bsize) >> 20, nil
+}

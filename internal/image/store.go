@@ -72,6 +72,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // VolumeMount is a team volume (by ID, with its name when it was mounted)
@@ -101,6 +102,9 @@ type Template struct {
 	// must present it. It is a secret: template files are 0600 in the
 	// 0700 data dir.
 	SnapshotToken string `json:"snapshotToken,omitempty"`
+	// PulledFrom names the node this image was pulled from (a cluster's
+	// template built elsewhere, internal/imagepeer); "" for one made here.
+	PulledFrom string `json:"pulledFrom,omitempty"`
 	// SnapshotDisk says that Snapshot's directory also holds a copy of
 	// the checkpointed sandbox's writable layer (node.SnapshotDiskName),
 	// which each restored sandbox starts from: a running sandbox's
@@ -213,6 +217,21 @@ func (s *Store) Template(id string) (*Template, error) {
 		return nil, fmt.Errorf("image: template %s: %w", id, err)
 	}
 	return &t, nil
+}
+
+// Templates lists the IDs of the templates (image records) in the store.
+func (s *Store) Templates() ([]string, error) {
+	m, err := filepath.Glob(filepath.Join(s.dir, "templates", "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(m))
+	for _, p := range m {
+		if id := strings.TrimSuffix(filepath.Base(p), ".json"); idPattern.MatchString(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // PutTemplate writes a template atomically.

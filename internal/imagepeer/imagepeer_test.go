@@ -59,8 +59,7 @@ func TestPullMovesAnImage(t *testing.T) {
 	}
 	srv := httptest.NewServer(Handler(from))
 	defer srv.Close()
-	p := &Puller{Images: to, Transport: http.DefaultTransport,
-		Addr: func(context.Context, string) (string, error) { return strings.TrimPrefix(srv.URL, "http://"), nil }}
+	p := pullerFrom(srv, to)
 	if err := p.Pull(context.Background(), "builder", "b1"); err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +108,7 @@ func TestPullRefusesADamagedLayer(t *testing.T) {
 		h.ServeHTTP(contentSpoiler{w}, r)
 	}))
 	defer srv.Close()
-	p := &Puller{Images: to, Transport: http.DefaultTransport,
-		Addr: func(context.Context, string) (string, error) { return strings.TrimPrefix(srv.URL, "http://"), nil }}
+	p := pullerFrom(srv, to)
 	if err := p.Pull(context.Background(), "builder", "b1"); err == nil || !strings.Contains(err.Error(), "digest") {
 		t.Fatalf("a damaged layer: %v", err)
 	}
@@ -148,8 +146,7 @@ func TestPullMovesACheckpoint(t *testing.T) {
 	from.PutTemplate(&image.Template{ID: "b2", Layers: []string{"l1"}, Snapshot: "s1", SnapshotDisk: true})
 	srv := httptest.NewServer(Handler(from))
 	defer srv.Close()
-	p := &Puller{Images: to, Transport: http.DefaultTransport,
-		Addr: func(context.Context, string) (string, error) { return strings.TrimPrefix(srv.URL, "http://"), nil }}
+	p := pullerFrom(srv, to)
 	if err := p.Pull(context.Background(), "builder", "b2"); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +222,7 @@ func TestReadSnapshotRefusesABadStream(t *testing.T) {
 		dir := t.TempDir()
 		parent := filepath.Dir(dir)
 		before, _ := os.ReadDir(parent)
-		if _, err := readSnapshot(strings.NewReader(stream), dir); err == nil {
+		if err := readSnapshot(strings.NewReader(stream), dir); err == nil {
 			t.Errorf("%s: taken", name)
 		}
 		if after, _ := os.ReadDir(parent); len(after) != len(before) {
@@ -237,7 +234,13 @@ func TestReadSnapshotRefusesABadStream(t *testing.T) {
 		fmt.Fprintf(&many, "file f%d 0 600\nend\n", i)
 	}
 	many.WriteString("done\n")
-	if _, err := readSnapshot(strings.NewReader(many.String()), t.TempDir()); err == nil {
+	if err := readSnapshot(strings.NewReader(many.String()), t.TempDir()); err == nil {
 		t.Error("too many files: taken")
 	}
+}
+
+// pullerFrom pulls into to from the node srv is.
+func pullerFrom(srv *httptest.Server, to *image.Store) *Puller {
+	return &Puller{Images: to, Transport: http.DefaultTransport,
+		Addr: func(context.Context, string) (string, error) { return strings.TrimPrefix(srv.URL, "http://"), nil }}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -90,6 +91,7 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 			return err
 		}
 	}
+	t.PulledFrom = node
 	return p.Images.PutTemplate(&t)
 }
 
@@ -125,15 +127,43 @@ func (p *Puller) get(ctx context.Context, url string) (*http.Response, error) {
 	return res, nil
 }
 
-// pullLayer unpacks layer id into a temporary dir, checks the stream's
-// digest, and renames the dir into place.
+// pullLayer brings layer id into the image store.
 func (p *Puller) pullLayer(ctx context.Context, base, node, id string) error {
+	return p.fetch(ctx, base+"layers/"+id, "layer "+id+" from node "+node,
+		filepath.Join(p.Images.Dir(), "layers"), p.Images.LayerDir(id), unpackLayer)
+}
+
+// unpackLayer unpacks a layer's tar stream into dir (layertar: nothing
+// outside dir, no device but whiteouts).
+func unpackLayer(in io.Reader, dir string) error {
+	tr := tar.NewReader(in)
+	w := layertar.NewWriter(dir)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := w.Entry(hdr, tr); err != nil {
+			return fmt.Errorf("%q: %w", hdr.Name, err)
+		}
+	}
+	return w.Finish()
+}
+
+// fetch gets url's stream and unpacks it into a new locked temporary dir
+// under parent, which is renamed to final once the stream's digest
+// matches the trailer's; what remains of a failed fetch is removed.
+// Another process that made final meanwhile wins.
+func (p *Puller) fetch(ctx context.Context, url, what, parent, final string, unpack func(io.Reader, string) error) error {
 	if guard := p.Images.SpaceGuard(); guard != nil {
 		if err := guard(); err != nil {
 			return err
 		}
 	}
-	tmp, err := p.Images.MkdirLayerTemp(image.PullTempPrefix)
+	tmp, err := os.MkdirTemp(parent, image.PullTempPrefix)
 	if err != nil {
 		return err
 	}
@@ -148,39 +178,27 @@ func (p *Puller) pullLayer(ctx context.Context, base, node, id string) error {
 		return err
 	}
 	defer unlock()
-	res, err := p.get(ctx, base+"layers/"+id)
+	res, err := p.get(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer res.Body.Close()
 	h := sha256.New()
-	tr := tar.NewReader(io.TeeReader(res.Body, h))
-	w := layertar.NewWriter(tmp)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("imagepeer: layer %s from node %s: %w", id, node, err)
-		}
-		if err := w.Entry(hdr, tr); err != nil {
-			return fmt.Errorf("imagepeer: layer %s from node %s: %q: %w", id, node, hdr.Name, err)
-		}
+	in := io.TeeReader(res.Body, h)
+	if err := unpack(in, tmp); err != nil {
+		return fmt.Errorf("imagepeer: %s: %w", what, err)
 	}
-	if _, err := io.Copy(io.Discard, io.TeeReader(res.Body, h)); err != nil {
+	// What follows the stream's end (nothing, from a sound node) is
+	// digested too.
+	if _, err := io.Copy(io.Discard, in); err != nil {
 		return err
 	}
-	want := res.Trailer.Get(DigestTrailer)
-	if got := hex.EncodeToString(h.Sum(nil)); want == "" || got != want {
-		return fmt.Errorf("imagepeer: layer %s from node %s: the stream's digest is %s, the node's %q", id, node, got, want)
+	if got, want := hex.EncodeToString(h.Sum(nil)), res.Trailer.Get(DigestTrailer); want == "" || got != want {
+		return fmt.Errorf("imagepeer: %s: the stream's digest is %s, the node's %q", what, got, want)
 	}
-	if err := w.Finish(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p.Images.LayerDir(id)); err != nil {
-		if p.Images.HasLayer(id) {
-			return nil // another process pulled it meanwhile: ours goes
+	if err := os.Rename(tmp, final); err != nil {
+		if _, serr := os.Stat(final); serr == nil {
+			return nil // made meanwhile: ours goes
 		}
 		return err
 	}

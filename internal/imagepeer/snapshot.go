@@ -3,8 +3,6 @@ package imagepeer
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +13,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/warren-sandbox/warren/internal/image"
 )
 
 // A checkpoint (image.Store's snapshot dir: runsc's checkpoint files and
@@ -98,12 +94,10 @@ func writeSparse(w *bufio.Writer, p, name string) error {
 	return err
 }
 
-// readSnapshot unpacks the stream into dir, a new empty directory, and
-// returns the stream's digest. Names are single path elements, offsets
-// and lengths within each file's size.
-func readSnapshot(in io.Reader, dir string) (string, error) {
-	h := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(in, h), 1<<20)
+// readSnapshot unpacks the stream into dir, a new empty directory. Names
+// are single path elements, offsets and lengths within each file's size.
+func readSnapshot(in io.Reader, dir string) error {
+	br := bufio.NewReaderSize(in, 1<<20)
 	line := func() ([]string, error) {
 		s, err := br.ReadString('\n')
 		if err != nil {
@@ -115,40 +109,38 @@ func readSnapshot(in io.Reader, dir string) (string, error) {
 	for {
 		f, err := line()
 		if err != nil {
-			return "", err
+			return err
 		}
 		if len(f) == 1 && f[0] == "done" {
 			break
 		}
 		if len(f) != 4 || f[0] != "file" {
-			return "", fmt.Errorf("imagepeer: checkpoint stream: unexpected %q", strings.Join(f, " "))
+			return fmt.Errorf("imagepeer: checkpoint stream: unexpected %q", strings.Join(f, " "))
 		}
 		name := f[1]
 		size, err1 := strconv.ParseInt(f[2], 10, 64)
 		mode, err2 := strconv.ParseUint(f[3], 8, 32)
 		if err1 != nil || err2 != nil || size < 0 || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-			return "", fmt.Errorf("imagepeer: checkpoint stream: bad file line %q", strings.Join(f, " "))
+			return fmt.Errorf("imagepeer: checkpoint stream: bad file line %q", strings.Join(f, " "))
 		}
 		if files++; files > maxSnapshotFiles {
-			return "", errors.New("imagepeer: checkpoint stream: too many files")
+			return errors.New("imagepeer: checkpoint stream: too many files")
 		}
 		out, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, os.FileMode(mode&0o777))
 		if err != nil {
-			return "", err
+			return err
 		}
 		err = readSegments(line, br, out, size)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return "", err
+			return err
 		}
 	}
 	// What follows "done" (nothing, from a sound node) is digested too.
-	if _, err := io.Copy(io.Discard, br); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	_, err := io.Copy(io.Discard, br)
+	return err
 }
 
 // readSegments writes a file's data segments at their offsets, then sets
@@ -176,47 +168,8 @@ func readSegments(line func() ([]string, error), br *bufio.Reader, out *os.File,
 	}
 }
 
-// pullSnapshot brings checkpoint id into the image store: into a locked
-// temporary dir first, renamed into place once its digest holds.
+// pullSnapshot brings checkpoint id into the image store.
 func (p *Puller) pullSnapshot(ctx context.Context, base, node, id string) error {
-	if guard := p.Images.SpaceGuard(); guard != nil {
-		if err := guard(); err != nil {
-			return err
-		}
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(p.Images.SnapshotDir(id)), image.PullTempPrefix)
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			os.RemoveAll(tmp)
-		}
-	}()
-	unlock, err := lockDir(tmp)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	res, err := p.get(ctx, base+"snapshots/"+id)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	got, err := readSnapshot(res.Body, tmp)
-	if err != nil {
-		return fmt.Errorf("imagepeer: checkpoint %s from node %s: %w", id, node, err)
-	}
-	if want := res.Trailer.Get(DigestTrailer); want == "" || got != want {
-		return fmt.Errorf("imagepeer: checkpoint %s from node %s: the stream's digest is %s, the node's %q", id, node, got, want)
-	}
-	if err := os.Rename(tmp, p.Images.SnapshotDir(id)); err != nil {
-		if p.Images.HasSnapshot(id) {
-			return nil
-		}
-		return err
-	}
-	done = true
-	return nil
+	final := p.Images.SnapshotDir(id)
+	return p.fetch(ctx, base+"snapshots/"+id, "checkpoint "+id+" from node "+node, filepath.Dir(final), final, readSnapshot)
 }

@@ -96,6 +96,8 @@ type Config struct {
 	// LostAfter is how long an api waits for a node's heartbeat before
 	// the node is lost.
 	LostAfter time.Duration
+	// NodeLabels label this node in the store (`warren nodes`).
+	NodeLabels map[string]string
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -257,9 +259,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}()
 	// The node's record in the store (`warren nodes`), with the state an
 	// operator set; closed (heartbeats stop) before the manager.
+	diskMB, err := hostres.DiskMB(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	usage := func() store.NodeUsage {
+		u := mgr.Usage()
+		if free, err := freeMB(); err == nil {
+			u.FreeDiskMB = int(free)
+		}
+		return u
+	}
 	member, err = cluster.Join(ctx, cluster.Config{
-		Store: st, Logger: log, Usage: mgr.Usage, Drain: mgr.Drain,
-		Node: store.Node{Name: cfg.NodeName, Address: cfg.NodeAddr, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB, MaxSandboxes: cfg.MaxSandboxes},
+		Store: st, Logger: log, Usage: usage, Drain: mgr.Drain,
+		Node: store.Node{Name: cfg.NodeName, Address: cfg.NodeAddr, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB,
+			MaxSandboxes: cfg.MaxSandboxes, DiskMB: int(diskMB), Labels: cfg.NodeLabels},
 	})
 	if err != nil {
 		return err

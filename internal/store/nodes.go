@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"regexp"
 	"time"
 )
 
@@ -28,10 +29,12 @@ type Node struct {
 	Name    string
 	Address string // where the node's internal service listens; "" for none
 	Runtime string
-	// Capacity.
-	CPUs, MemoryMB, MaxSandboxes int
-	State                        NodeState
-	RegisteredAt, HeartbeatAt    time.Time
+	// Capacity: DiskMB is the size of its data dir's file system.
+	CPUs, MemoryMB, MaxSandboxes, DiskMB int
+	// Labels are the operator's (--node-label).
+	Labels                    map[string]string
+	State                     NodeState
+	RegisteredAt, HeartbeatAt time.Time
 	// Use, as of the heartbeat: running sandboxes (warm ones included) and
 	// their nominal CPUs and memory.
 	NodeUsage
@@ -40,6 +43,8 @@ type Node struct {
 // NodeUsage is what a node's heartbeat reports.
 type NodeUsage struct {
 	Sandboxes, UsedCPUs, UsedMemoryMB int
+	// FreeDiskMB is what its data dir's file system has free.
+	FreeDiskMB int
 	// Warm counts the warm sandboxes it holds, by template ID.
 	Warm map[string]int
 }
@@ -47,6 +52,15 @@ type NodeUsage struct {
 // Lost says whether the node has not been heard from within after of now.
 func (n Node) Lost(now time.Time, after time.Duration) bool {
 	return now.Sub(n.HeartbeatAt) > after
+}
+
+// labelPattern is what a node label's key and value may hold: letters,
+// digits and . _ / - (Kubernetes' label characters), 1 to 63 of them.
+var labelPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,63}$`)
+
+// ValidLabel reports whether key=value may label a node.
+func ValidLabel(key, value string) bool {
+	return labelPattern.MatchString(key) && labelPattern.MatchString(value)
 }
 
 // NodeStore keeps the nodes of a cluster.

@@ -12,7 +12,7 @@ func TestNodes(t *testing.T) {
 	forEach(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
 		a := Node{Name: "a", Address: "10.0.0.1:3010", Runtime: "runsc", CPUs: 2, MemoryMB: 4096, MaxSandboxes: 100,
-			RegisteredAt: t0, HeartbeatAt: t0}
+			DiskMB: 102400, Labels: map[string]string{"zone": "a", "warren.dev/disk": "ssd"}, RegisteredAt: t0, HeartbeatAt: t0}
 		if err := s.RegisterNode(ctx, a); err != nil {
 			t.Fatal(err)
 		}
@@ -29,11 +29,11 @@ func TestNodes(t *testing.T) {
 		}
 		// A heartbeat records the use and answers the state.
 		at := t0.Add(2 * time.Second)
-		state, err := s.HeartbeatNode(ctx, "a", at, NodeUsage{Sandboxes: 3, UsedCPUs: 6, UsedMemoryMB: 1536, Warm: map[string]int{"base": 2, "t1": 1, "none": 0}})
+		state, err := s.HeartbeatNode(ctx, "a", at, NodeUsage{Sandboxes: 3, UsedCPUs: 6, UsedMemoryMB: 1536, FreeDiskMB: 900, Warm: map[string]int{"base": 2, "t1": 1, "none": 0}})
 		if err != nil || state != NodeReady {
 			t.Errorf("heartbeat: %s %v", state, err)
 		}
-		if got, _ := s.GetNode(ctx, "a"); got.UsedMemoryMB != 1536 || !reflect.DeepEqual(got.Warm, map[string]int{"base": 2, "t1": 1}) {
+		if got, _ := s.GetNode(ctx, "a"); got.UsedMemoryMB != 1536 || got.FreeDiskMB != 900 || !reflect.DeepEqual(got.Warm, map[string]int{"base": 2, "t1": 1}) {
 			t.Errorf("after a heartbeat: %+v", got)
 		}
 		if _, err := s.HeartbeatNode(ctx, "nobody", at, NodeUsage{}); !errors.Is(err, ErrNotFound) {
@@ -70,4 +70,17 @@ func TestNodes(t *testing.T) {
 			t.Error("Lost does not compare the heartbeat with the timeout")
 		}
 	})
+}
+
+func TestValidLabel(t *testing.T) {
+	for _, kv := range [][2]string{{"zone", "a"}, {"warren.dev/disk", "ssd"}, {"k_1", "v-2.0"}} {
+		if !ValidLabel(kv[0], kv[1]) {
+			t.Errorf("%v refused", kv)
+		}
+	}
+	for _, kv := range [][2]string{{"", "a"}, {"k", ""}, {"a,b", "c"}, {"a", "b=c"}, {"sp ace", "x"}, {"k", "\n"}} {
+		if ValidLabel(kv[0], kv[1]) {
+			t.Errorf("%q taken", kv)
+		}
+	}
 }

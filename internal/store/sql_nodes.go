@@ -9,66 +9,92 @@ import (
 	"time"
 )
 
-const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb, warm"
+const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb, warm, " +
+	"disk_mb, labels, free_disk_mb"
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var registered, heartbeat int64
-	var state, warm string
+	var state, warm, labels string
 	err := row.Scan(&n.Name, &n.Address, &n.Runtime, &n.CPUs, &n.MemoryMB, &n.MaxSandboxes, &state,
-		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB, &warm)
+		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB, &warm, &n.DiskMB, &labels, &n.FreeDiskMB)
 	n.State, n.RegisteredAt, n.HeartbeatAt = NodeState(state), fromMS(registered), fromMS(heartbeat)
 	n.Warm = parseWarm(warm)
+	n.Labels = parsePairs(labels)
 	return n, err
 }
 
 // formatWarm is NodeUsage.Warm as the warm column keeps it:
-// "ID=COUNT,..." in ID order.
+// "ID=COUNT,..." (formatPairs).
 func formatWarm(w map[string]int) string {
-	ids := make([]string, 0, len(w))
+	m := make(map[string]string, len(w))
 	for id, n := range w {
 		if n > 0 {
-			ids = append(ids, id)
+			m[id] = strconv.Itoa(n)
 		}
 	}
-	sort.Strings(ids)
-	for i, id := range ids {
-		ids[i] = id + "=" + strconv.Itoa(w[id])
-	}
-	return strings.Join(ids, ",")
+	return formatPairs(m)
 }
 
 // parseWarm reads the warm column; what does not parse is left out.
 func parseWarm(s string) map[string]int {
-	if s == "" {
-		return nil
-	}
-	w := map[string]int{}
-	for _, e := range strings.Split(s, ",") {
-		id, n, _ := strings.Cut(e, "=")
-		if c, err := strconv.Atoi(n); err == nil && id != "" && c > 0 {
-			w[id] = c
+	var w map[string]int
+	for id, v := range parsePairs(s) {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			if w == nil {
+				w = map[string]int{}
+			}
+			w[id] = n
 		}
 	}
 	return w
+}
+
+// formatPairs is labels as the labels column keeps them: "KEY=VALUE,..."
+// in key order (keys and values hold neither ',' nor '=': ValidLabel).
+func formatPairs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+func parsePairs(s string) map[string]string {
+	if s == "" {
+		return nil
+	}
+	m := map[string]string{}
+	for _, e := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(e, "="); ok && k != "" {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
 	if n.Name == "" {
 		return fmt.Errorf("store: a node without a name")
 	}
-	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (name) DO UPDATE SET address = excluded.address, runtime = excluded.runtime, cpus = excluded.cpus, "+
 		"memory_mb = excluded.memory_mb, max_sandboxes = excluded.max_sandboxes, heartbeat_at = excluded.heartbeat_at, "+
-		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb, warm = excluded.warm"),
+		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb, warm = excluded.warm, "+
+		"disk_mb = excluded.disk_mb, labels = excluded.labels, free_disk_mb = excluded.free_disk_mb"),
 		n.Name, n.Address, n.Runtime, n.CPUs, n.MemoryMB, n.MaxSandboxes, string(NodeReady),
-		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB, formatWarm(n.Warm))
+		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB, formatWarm(n.Warm),
+		n.DiskMB, formatPairs(n.Labels), n.FreeDiskMB)
 	return err
 }
 
 func (s *SQL) HeartbeatNode(ctx context.Context, name string, at time.Time, u NodeUsage) (NodeState, error) {
-	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ?, warm = ? WHERE name = ?"),
-		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, formatWarm(u.Warm), name)
+	res, err := s.db.ExecContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ?, warm = ?, free_disk_mb = ? WHERE name = ?"),
+		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, formatWarm(u.Warm), u.FreeDiskMB, name)
 	if err != nil {
 		return "", err
 	}

@@ -142,6 +142,8 @@ type Builder struct {
 	running map[string]*runningBuild // by build ID
 	closed  bool
 	wg      sync.WaitGroup
+	// stop ends the sweep of pulled images (Start, with Config.Pull).
+	stop chan struct{}
 	// sandboxes takes sandboxes' snapshots (UseSandboxes); guarded by mu.
 	sandboxes Snapshotter
 }
@@ -190,7 +192,7 @@ func New(cfg Config) (*Builder, error) {
 	}
 	return &Builder{
 		cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Concurrency),
-		uploadKey: key, running: map[string]*runningBuild{},
+		uploadKey: key, running: map[string]*runningBuild{}, stop: make(chan struct{}),
 	}, nil
 }
 
@@ -205,6 +207,23 @@ const interruptedReason = "the build was interrupted: warren stopped while it ra
 func (b *Builder) Start(ctx context.Context) error {
 	b.removeStaleUploads()
 	b.removeOrphanSnapshots(ctx)
+	if b.cfg.Pull != nil {
+		b.forgetDeletedPulls(ctx)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			t := time.NewTicker(pulledSweepInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-b.stop:
+					return
+				case <-t.C:
+					b.forgetDeletedPulls(context.Background())
+				}
+			}
+		}()
+	}
 	builds, err := b.cfg.Store.BuildsByStatus(ctx, store.BuildWaiting, store.BuildBuilding)
 	if err != nil {
 		return err
@@ -232,6 +251,9 @@ func (b *Builder) Start(ctx context.Context) error {
 // Close cancels running builds (they end as errors) and waits for them.
 func (b *Builder) Close() {
 	b.mu.Lock()
+	if !b.closed {
+		close(b.stop)
+	}
 	b.closed = true
 	for _, r := range b.running {
 		r.cancel()

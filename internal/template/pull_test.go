@@ -15,17 +15,18 @@ import (
 func TestResolvePullsAnotherNodesBuild(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	var pulled []string
+	var pulled, removed []string
 	var pullErr error
 	dir := t.TempDir()
 	b := newUploadBuilder(t, st, dir, func(c *Config) {
 		c.NodeName = "n2"
+		c.ImageRemoved = func(id string) { removed = append(removed, id) }
 		c.Pull = func(ctx context.Context, node, id string) error {
 			pulled = append(pulled, node+" "+id)
 			if pullErr != nil {
 				return pullErr
 			}
-			return c.Images.PutTemplate(&image.Template{ID: id, Layers: []string{"l1"}, User: "user"})
+			return c.Images.PutTemplate(&image.Template{ID: id, Layers: []string{"l1"}, User: "user", PulledFrom: node})
 		}
 	})
 	c := newTemplate(t, b, "team1", "built-elsewhere")
@@ -49,5 +50,25 @@ func TestResolvePullsAnotherNodesBuild(t *testing.T) {
 	}
 	if len(pulled) != 2 || pulled[1] != "n1 "+c.BuildID {
 		t.Errorf("pulls: %v (once after the failure, then kept)", pulled)
+	}
+
+	// Deleted through its home: the sweep removes the pulled image, and
+	// only pulled ones (an imported image has no build either).
+	if err := b.cfg.Images.PutTemplate(&image.Template{ID: "imported-x", Layers: []string{"l1"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.forgetDeletedPulls(ctx)
+	if len(removed) != 0 {
+		t.Fatalf("removed %v while the template exists", removed)
+	}
+	if err := st.DeleteTemplate(ctx, c.Template.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.forgetDeletedPulls(ctx)
+	if _, err := b.cfg.Images.Template(c.BuildID); err == nil || len(removed) != 1 || removed[0] != c.BuildID {
+		t.Errorf("after the template's deletion: %v, removed %v", err, removed)
+	}
+	if _, err := b.cfg.Images.Template("imported-x"); err != nil {
+		t.Errorf("an imported image was removed: %v", err)
 	}
 }

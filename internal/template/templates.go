@@ -291,6 +291,39 @@ func (b *Builder) image(ctx context.Context, bd store.Build) (*image.Template, e
 	return b.cfg.Images.Template(bd.ID)
 }
 
+// pulledSweepInterval is how often a node looks for the images it pulled
+// whose template was deleted (on the node that built it).
+const pulledSweepInterval = time.Minute
+
+// forgetDeletedPulls removes the images this node pulled from others
+// whose builds are gone from the store (their template deleted, through
+// its home node): their records, checkpoints and warm pools. Layers stay,
+// as a deleting node's do (the cache shares them).
+func (b *Builder) forgetDeletedPulls(ctx context.Context) {
+	ids, err := b.cfg.Images.Templates()
+	if err != nil {
+		b.log.Warn("template: listing images", "err", err)
+		return
+	}
+	for _, id := range ids {
+		img, err := b.cfg.Images.Template(id)
+		if err != nil || img.PulledFrom == "" {
+			continue
+		}
+		if _, err := b.cfg.Store.GetBuild(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		b.log.Info("template: removing the image of a deleted template, pulled from another node", "build", id, "from", img.PulledFrom)
+		_ = b.cfg.Images.RemoveTemplate(id)
+		if img.Snapshot != "" {
+			_ = b.cfg.Images.RemoveSnapshot(img.Snapshot)
+		}
+		if b.cfg.ImageRemoved != nil {
+			b.cfg.ImageRemoved(id)
+		}
+	}
+}
+
 // SandboxTemplate is Resolve for the sandbox manager
 // (sandbox.Config.Resolve): an unknown template is its
 // ErrTemplateNotFound, and a stored template's spawn is counted.

@@ -11,7 +11,10 @@
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
 import { afterAll, beforeAll, expect, test } from 'vitest'
-import { Sandbox, NotFoundError, Template, Volume } from 'e2b'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -36,7 +39,13 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
   expect(Object.keys(byNode).sort()).toEqual(['na', 'nb'])
   // `warren nodes` counts them once the nodes' heartbeats have.
   await sleep(2500)
-  for (const name of ['na', 'nb']) expect(Number(nodeRow(name)[2])).toBeGreaterThanOrEqual(byNode[name].length)
+  for (const name of ['na', 'nb']) {
+    const row = nodeRow(name) // NAME STATE SANDBOXES ADDRESS RUNTIME FREE_CPU FREE_MEMORY_MB FREE_DISK_MB LABELS …
+    expect(Number(row[2])).toBeGreaterThanOrEqual(byNode[name].length)
+    expect(row[3]).toBe(`127.0.0.1:${nodes[name].port}`)
+    expect(Number(row[7])).toBeGreaterThan(0)
+    expect(row[8]).toBe(`zone=${name}`)
+  }
 
   for (const name of ['na', 'nb']) {
     const s = byNode[name][0]
@@ -126,12 +135,30 @@ test('two api processes serve the same sandboxes, and restarting one loses nothi
 test('a template built through the api runs on its node, and on the other once it pulls it; so does a snapshot, its processes with it', async () => {
   const [one, two] = apis
   const name = `cluster-tpl-${Date.now()}`
-  await Template.build(Template().fromTemplate('base').runCmd('echo built-in-the-cluster > /tmp/built.txt'), name, { ...one.opts })
+  // A file to upload (through the api, to the template's home), a step,
+  // and a start command (its sandboxes are restored from a checkpoint).
+  const ctx = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-ctx-'))
+  writeFileSync(path.join(ctx, 'hello.txt'), 'copied through the api\n')
+  const tpl = Template({ fileContextPath: ctx })
+    .fromTemplate('base')
+    .copy('hello.txt', '/tmp/hello.txt')
+    .runCmd('echo built-in-the-cluster > /tmp/built.txt')
+    .setStartCmd('echo started > /tmp/started && sleep infinity', waitForFile('/tmp/started'))
+  try {
+    await Template.build(tpl, name, { ...one.opts })
+  } finally {
+    rmSync(ctx, { recursive: true, force: true })
+  }
   expect(await Template.exists(name, two.opts)).toBe(true)
+  const check = async (s) => {
+    expect((await s.commands.run('cat /tmp/hello.txt /tmp/built.txt /tmp/started')).stdout)
+      .toBe('copied through the api\nbuilt-in-the-cluster\nstarted\n')
+    expect((await s.commands.run('pgrep -x sleep >/dev/null && echo running')).stdout).toBe('running\n')
+  }
   const homes = new Set()
   for (let i = 0; i < 3; i++) {
     const s = await Sandbox.create(name, two.opts)
-    expect((await s.commands.run('cat /tmp/built.txt')).stdout).toBe('built-in-the-cluster\n')
+    await check(s)
     homes.add(nodeOf(s.sandboxId))
     await s.kill()
   }
@@ -144,7 +171,7 @@ test('a template built through the api runs on its node, and on the other once i
     await sleep(2500) // the node follows its state at its next heartbeat
     const s = await Sandbox.create(name, two.opts)
     expect(nodeOf(s.sandboxId)).toBe(other)
-    expect((await s.commands.run('cat /tmp/built.txt')).stdout).toBe('built-in-the-cluster\n')
+    await check(s) // its layers and its checkpoint came along
     await s.kill()
   } finally {
     warrenNodes('uncordon', home)

@@ -38,7 +38,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
       n.dataDir ??= newDataDir()
       n.proc = await spawnWarren([
         'serve', '--role', 'node', '--store', storeURL, '--data-dir', n.dataDir,
-        '--node-name', name, '--node-addr', `127.0.0.1:${n.port}`,
+        '--node-name', name, '--node-addr', `127.0.0.1:${n.port}`, '--node-label', `zone=${name}`,
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
         '--pool-size', String(poolSize), ...shared,
