@@ -80,6 +80,16 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
   }
   await Promise.all(sbxs.map((s) => s.kill()))
   expect(await Sandbox.list(opts).nextItems()).toEqual([])
+
+  // Every role serves its metrics: the api its proxy's and the store's,
+  // a node its sandboxes' and capacity.
+  const scrape = async (port) => (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+  const api = await scrape(apis[0].metricsPort)
+  expect(api).toMatch(/^warren_proxy_requests_total\{code_class="2xx"\} [1-9]/m)
+  expect(api).toContain('warren_store_operation_duration_seconds_bucket{operation="GetSandbox"')
+  const node = await scrape(nodes.na.metricsPort)
+  expect(node).toContain('warren_node_info{node="na",runtime="runsc"} 1')
+  expect(node).toMatch(/^warren_sandbox_operations_total\{operation="create",outcome="ok"\} [1-9]/m)
 }, 180_000)
 
 test("a node's internal address refuses requests without the cluster secret", async () => {

@@ -35,10 +35,12 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
     async startNode(name) {
       const n = c.nodes[name]
       n.port ??= await freePort()
+      n.metricsPort ??= await freePort()
       n.dataDir ??= newDataDir()
       n.proc = await spawnWarren([
         'serve', '--role', 'node', '--store', storeURL, '--data-dir', n.dataDir,
         '--node-name', name, '--node-addr', `127.0.0.1:${n.port}`, '--node-label', `zone=${name}`,
+        '--metrics-addr', `127.0.0.1:${n.metricsPort}`,
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
         '--pool-size', String(poolSize), ...shared,
@@ -50,10 +52,12 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
       const a = c.apis[i]
       a.port ??= await freePort()
       a.proxyPort ??= await freePort()
+      a.metricsPort ??= await freePort()
       a.dataDir ??= mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-api-'))
       a.proc = await spawnWarren([
         'serve', '--role', 'api', '--store', storeURL, '--data-dir', a.dataDir,
-        '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`, ...shared,
+        '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`,
+        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, ...shared,
       ], { env, healthUrl: `http://127.0.0.1:${a.port}/health` })
       a.opts = { apiUrl: `http://127.0.0.1:${a.port}`, sandboxUrl: `http://127.0.0.1:${a.proxyPort}`, apiKey }
     },
