@@ -55,6 +55,8 @@ go test -run '^$' -bench . -benchtime 20x ./internal/volume/ | awk '
 echo
 echo "## a cluster on this box: an api and two nodes on PostgreSQL, against one --role all server (SDK, runsc)"
 (cd test/e2e && node bench/cluster.mjs)
+echo "### the hop's own cost on loopback: a small request through a node's proxy, direct vs through an api's forwarder (go test -bench)"
+go test -run '^$' -bench 'ProxyHop' -benchtime 3000x ./internal/noderpc/ | grep '^Benchmark'
 
 echo
 echo "## envd internals (go test -bench)"

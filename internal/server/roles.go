@@ -111,7 +111,9 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		return err
 	}
 	printCredentials(out, creds)
-	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: noderpc.NewTransport(cl.auth), LostAfter: cfg.LostAfter,
+	// One pool of connections to the nodes, for calls and forwarded traffic.
+	nodeTransport := noderpc.NewTransport(cl.auth)
+	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter,
 		MaxPerTeam: cfg.MaxPerTeam, Logger: log})
 	if err != nil {
 		return err
@@ -128,7 +130,6 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, ClientID: "api", Logger: log,
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 	})), api.Timeouts{})
-	nodeTransport := noderpc.NewTransport(cl.auth)
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
 	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
