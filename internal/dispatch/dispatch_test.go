@@ -394,7 +394,7 @@ func TestDispatcherNeedsTheClusterSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
-	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "unreachable") {
+	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "unavailable") {
 		t.Fatalf("create with the wrong secret: %v", err)
 	}
 	for name, f := range c.nodes {

@@ -28,7 +28,7 @@ type Client struct {
 
 // NewTransport is the HTTP transport to a cluster's nodes, signing every
 // request with auth: short dial and header timeouts, so that a node that
-// died answers "unreachable" within seconds rather than hanging.
+// died answers "unavailable" within seconds rather than hanging.
 func NewTransport(auth *cluster.Auth) http.RoundTripper {
 	return auth.Transport(&http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,

@@ -69,8 +69,14 @@ func toConnect(err error) error {
 			return ce
 		}
 	}
-	return connect.NewError(connect.CodeInternal, errors.New(err.Error()))
+	ce := connect.NewError(connect.CodeInternal, errors.New(err.Error()))
+	ce.Meta().Set(kindHeader, internalKind)
+	return ce
 }
+
+// internalKind marks the node's own errors of no known kind: an error
+// without a kind did not come from the node's service at all.
+const internalKind = "internal"
 
 // RemoteError is a node's error as the api sees it: the node's message,
 // and the sandbox manager's error it wraps (errors.Is works).
@@ -92,26 +98,28 @@ func fromKind(kind, msg string) error {
 	return &RemoteError{Msg: msg}
 }
 
-// fromConnect is a client call's error as the api handles it.
+// fromConnect is a client call's error as the api handles it: the
+// node's own errors as the sandbox manager's; any other (the node died
+// mid-call, refused the cluster's credentials, or did not answer at all)
+// as sandbox.ErrNodeUnavailable.
 func fromConnect(node string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return err
+		return &RemoteError{Kind: sandbox.ErrNodeUnavailable, Msg: "node " + node + " is unavailable: " + err.Error()}
 	}
-	if ce.Meta().Get(kindHeader) == resumeKind {
+	switch kind := ce.Meta().Get(kindHeader); kind {
+	case resumeKind:
 		return &sandbox.ResumeError{ID: ce.Meta().Get(resumeIDHeader), Step: ce.Meta().Get(resumeStepHeader), Err: errors.New(ce.Message())}
-	}
-	if kind := ce.Meta().Get(kindHeader); kind != "" {
+	case internalKind:
+		return &RemoteError{Msg: "node " + node + ": " + ce.Message()}
+	case "":
+		return &RemoteError{Kind: sandbox.ErrNodeUnavailable, Msg: "node " + node + " is unavailable: " + ce.Message()}
+	default:
 		return fromKind(kind, ce.Message())
 	}
-	switch ce.Code() {
-	case connect.CodeUnavailable, connect.CodeUnauthenticated, connect.CodeDeadlineExceeded:
-		return &RemoteError{Kind: sandbox.ErrNodeUnavailable, Msg: "node " + node + " is unreachable: " + ce.Message()}
-	}
-	return &RemoteError{Msg: "node " + node + ": " + ce.Message()}
 }
 
 func sandboxInvalid(msg string) error { return fmt.Errorf("%w: %s", sandbox.ErrInvalid, msg) }
