@@ -28,6 +28,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // Config wires a Dispatcher.
@@ -226,18 +227,28 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	h, hasHome := d.home(ctx, req.TemplateID)
+	// Locality: a built template's image is on the node that built it
+	// (the others pull it first); base is on every node.
+	builtOn := ""
+	if req.TemplateID != baseimage.TemplateID {
+		if bd, err := template.BuildOf(ctx, d.cfg.Store, req.TeamID, req.TemplateID); err == nil {
+			builtOn = bd.Node
+		}
+	}
 	// The first choice is reserved in the same critical section as the
 	// order is made, so that concurrent creates see each other.
 	d.mu.Lock()
 	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
-	if hasHome && req.TemplateID != baseimage.TemplateID {
-		// Locality: a built template's layers are on its home.
-		cands = homeFirst(cands, h.Name)
+	if builtOn != "" {
+		cands = homeFirst(cands, builtOn)
 	}
-	// A warm sandbox of it waits there: before any node that would
-	// boot one (each group in its order).
-	cands = warmFirst(cands, req.TemplateID, d.pendingLocked)
+	if req.TemplateID != baseimage.TemplateID {
+		// A warm sandbox of it waits there: before any node that would
+		// boot one (each group in its order). Not for base, whose pools
+		// every node keeps: there the load decides, or a node whose pool
+		// refills steadily would take every create.
+		cands = warmFirst(cands, req.TemplateID, d.pendingLocked)
+	}
 	if len(cands) > 0 {
 		d.inflight[cands[0].Name]++
 	}

@@ -472,13 +472,20 @@ func TestTemplatesGoHome(t *testing.T) {
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of a template on %s only: %+v %v", other, rec.Node, err)
 	}
-	// On both nodes: on its home, whatever the load.
-	h2, _ := d.home(ctx, "tpl2")
-	c.nodes["na"].templates["tpl2"] = true
-	c.nodes["nb"].templates["tpl2"] = true
-	for range 4 {
-		if rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl2"}); err != nil || rec.Node != h2.Name {
-			t.Fatalf("create of tpl2 (home %s): %+v %v", h2.Name, rec.Node, err)
+	// Built on a node (its build's record says which): there first,
+	// whatever the load, by ID or by name.
+	builder := other
+	if err := c.st.CreateTemplate(ctx, store.Template{ID: "tpl2", TeamID: "t1", Names: []string{"two"}, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.CreateBuild(ctx, store.Build{ID: "b2", TemplateID: "tpl2", Status: store.BuildReady, Node: builder, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes["na"].templates["tpl2"], c.nodes["nb"].templates["tpl2"] = true, true
+	c.nodes["na"].templates["two"], c.nodes["nb"].templates["two"] = true, true
+	for _, ref := range []string{"tpl2", "two", "tpl2", "two"} {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: ref}); err != nil || rec.Node != builder {
+			t.Fatalf("create of %s (built on %s): %+v %v", ref, builder, rec.Node, err)
 		}
 	}
 	// Nowhere: the node's 404, not a 503.
@@ -505,7 +512,7 @@ func TestWarmNodesFirst(t *testing.T) {
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of tpl3, warm on %s, home %s: %+v %v", other, home.Name, rec.Node, err)
 	}
-	// Its one warm sandbox is taken: the next goes home.
+	// Its one warm sandbox is taken: the next goes by load, to the other.
 	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
 		t.Fatalf("the second create of tpl3: %+v %v", rec.Node, err)
 	}

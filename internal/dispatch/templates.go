@@ -27,8 +27,9 @@ import (
 //   - the other routes (lists, tags, aliases: the store's records) to
 //     the home of "".
 //
-// Sandboxes of a template are placed on its home first (Create), where
-// its layers are; another node pulls them when it must start one
+// Sandboxes of a template are placed first on the node that built it
+// (Create), where its image is: its home, unless the nodes changed since;
+// another node pulls the image when it must start one
 // (internal/imagepeer). A node that cannot (a checkpoint does not move: a
 // snapshot's, or a start command's) refuses, and the next is asked, so a
 // snapshot's sandboxes find its node.

@@ -208,10 +208,26 @@ func (b *Builder) newBuild(ctx context.Context, t store.Template, rec buildRecor
 // lookup finds a template by ID or name (any of "[ns/]name[:tag]"; the
 // tag is returned) that team may see: its own or a public one.
 func (b *Builder) lookup(ctx context.Context, teamID, ref string) (store.Template, string, error) {
+	return lookupIn(ctx, b.cfg.Store, teamID, ref)
+}
+
+// BuildOf is the ready build that a team's template ref ("name",
+// "name:tag", "namespace/name:tag" or an ID) names, from the store alone:
+// a cluster's api places a sandbox by it, since the node that made the
+// build holds its image. Built-in templates (base) have none.
+func BuildOf(ctx context.Context, st store.TemplateStore, teamID, ref string) (store.Build, error) {
+	t, tag, err := lookupIn(ctx, st, teamID, ref)
+	if err != nil {
+		return store.Build{}, err
+	}
+	return buildOfIn(ctx, st, t, tag)
+}
+
+func lookupIn(ctx context.Context, st store.TemplateStore, teamID, ref string) (store.Template, string, error) {
 	name, tag := splitRef(ref)
-	t, err := b.cfg.Store.GetTemplate(ctx, name)
+	t, err := st.GetTemplate(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		t, err = b.cfg.Store.TemplateByName(ctx, name)
+		t, err = st.TemplateByName(ctx, name)
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Template{}, "", fmt.Errorf("%w: template %q", ErrNotFound, ref)
@@ -343,13 +359,17 @@ func (b *Builder) SandboxTemplate(ctx context.Context, teamID, ref string) (sand
 
 // buildOf is the ready build a tag ("" = default) of t points at.
 func (b *Builder) buildOf(ctx context.Context, t store.Template, tag string) (store.Build, error) {
+	return buildOfIn(ctx, b.cfg.Store, t, tag)
+}
+
+func buildOfIn(ctx context.Context, st store.TemplateStore, t store.Template, tag string) (store.Build, error) {
 	explicit := tag != ""
 	if tag == "" {
 		tag = DefaultTag
 	}
-	tg, err := b.cfg.Store.GetTag(ctx, t.ID, tag)
+	tg, err := st.GetTag(ctx, t.ID, tag)
 	if err == nil {
-		return b.cfg.Store.GetBuild(ctx, tg.BuildID)
+		return st.GetBuild(ctx, tg.BuildID)
 	}
 	if !errors.Is(err, store.ErrNotFound) {
 		return store.Build{}, err
@@ -357,7 +377,7 @@ func (b *Builder) buildOf(ctx context.Context, t store.Template, tag string) (st
 	if explicit {
 		return store.Build{}, fmt.Errorf("%w: template %s has no tag %q", ErrNotFound, t.ID, tag)
 	}
-	builds, err := b.cfg.Store.ListBuilds(ctx, t.ID)
+	builds, err := st.ListBuilds(ctx, t.ID)
 	if err != nil {
 		return store.Build{}, err
 	}
