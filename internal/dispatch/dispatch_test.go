@@ -143,7 +143,7 @@ func newCluster2(t *testing.T) *cluster2 {
 			fmt.Fprintf(w, "%s %s %s", name, r.Header.Get("E2b-Sandbox-Id"), r.RemoteAddr)
 		})
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.Path, r.Host)
+			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
 		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth))
 		t.Cleanup(srv.Close)
@@ -447,6 +447,10 @@ func TestTemplatesGoHome(t *testing.T) {
 		return string(b)
 	}
 	host := strings.TrimPrefix(srv.URL, "http://")
+	// An escaped '/' in a ref reaches the node escaped.
+	if got := get("GET", "/templates/team%2Fname:v1"); !strings.Contains(got, "GET /templates/team%2Fname:v1 ") {
+		t.Errorf("an escaped ref: %q", got)
+	}
 	for _, path := range []string{"/templates/tpl1", "/v2/templates/tpl1/builds/b1", "/templates/tpl1/files/abc", "/upload/templates/tpl1/files/abc", "/templates/tpl1/builds/b1/status"} {
 		if got, want := get("POST", path), home.Name+" POST "+path+" "+host; got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)

@@ -92,8 +92,9 @@ func (d *Dispatcher) Platform(api http.Handler) http.Handler {
 			addr := pr.In.Context().Value(platformKey{}).(string)
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = addr
+			// The escaped form goes along: a ref may hold an escaped '/'.
 			pr.Out.URL.Path = noderpc.PlatformPrefix + pr.In.URL.Path
-			pr.Out.URL.RawPath = ""
+			pr.Out.URL.RawPath = noderpc.PlatformPrefix + pr.In.URL.EscapedPath()
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(noderpc.ClientAddrHeader, pr.In.RemoteAddr)
 		},
