@@ -158,17 +158,24 @@ func visible(s store.SandboxState) bool {
 // Get returns a team's sandbox: running or paused, on a node that is not
 // lost.
 func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+	rec, _, err := d.find(ctx, teamID, id)
+	return rec, err
+}
+
+// find is a team's visible sandbox and its node, which is not lost.
+func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox, store.Node, error) {
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
-		return store.Sandbox{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+		return store.Sandbox{}, store.Node{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
 	}
 	if err != nil {
-		return store.Sandbox{}, err
+		return store.Sandbox{}, store.Node{}, err
 	}
-	if _, err := d.liveNode(ctx, rec.Node, id); err != nil {
-		return store.Sandbox{}, err
+	n, err := d.liveNode(ctx, rec.Node, id)
+	if err != nil {
+		return store.Sandbox{}, store.Node{}, err
 	}
-	return rec, nil
+	return rec, n, nil
 }
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
@@ -198,14 +205,7 @@ func (d *Dispatcher) on(ctx context.Context, teamID, id string) (*noderpc.Client
 
 // onNode is on, with the node's name.
 func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Client, string, error) {
-	rec, err := d.cfg.Store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
-		return nil, "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	n, err := d.liveNode(ctx, rec.Node, id)
+	_, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		return nil, "", err
 	}

@@ -3,11 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -72,18 +70,9 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 // ServeHTTP forwards a request to its sandbox's node.
 func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			f.internal(w, r, "", fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
-		}
-	}()
+	defer recoverPanic(f.log, w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
-	if blocked, wait := f.failures.Blocked(client); blocked {
-		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
-		writeError(w, http.StatusTooManyRequests, "", 0, "too many requests with a wrong token from this address; retry later")
+	if spent(w, f.failures, client) {
 		return
 	}
 	id, port, err := ParseRoute(f.cfg.Domain, r.Host, r.Header)
@@ -130,8 +119,5 @@ func (f *Forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err er
 }
 
 func (f *Forwarder) internal(w http.ResponseWriter, r *http.Request, sandboxID string, err error) {
-	rid := requestID(r)
-	f.log.ErrorContext(r.Context(), "proxy request failed", reqid.LogKey, rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
-	w.Header().Set(reqid.Header, rid)
-	writeError(w, http.StatusInternalServerError, "", 0, reqid.InternalMessage(rid))
+	internalError(f.log, w, r, sandboxID, err)
 }

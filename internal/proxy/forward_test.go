@@ -132,3 +132,22 @@ func TestForwardsWebSockets(t *testing.T) {
 	fu, _ := forwardSetup(t, wsEcho)
 	upgradeAndEcho(t, strings.TrimPrefix(fu, "http://"), "8000-sbx1.localhost")
 }
+
+// A panic while a request is served is a 500 naming a request ID, in
+// the proxy as in the forwarder; the server goes on.
+func TestPanicsAreInternalErrors(t *testing.T) {
+	p := New(Config{Domain: "localhost", Resolver: resolverFunc(func(context.Context, string) (Target, error) { panic("resolver bug") })})
+	f := NewForwarder(ForwardConfig{Domain: "localhost", ClientAddrHeader: "Warren-Client-Addr",
+		Locate:   func(context.Context, string) (string, error) { panic("locate bug") },
+		SignedBy: func(func(string) bool) (string, error) { return "", ErrNotFound }})
+	for name, h := range map[string]http.Handler{"proxy": p, "forwarder": f} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "http://8000-sbx1.localhost/", nil))
+		if w.Code != http.StatusInternalServerError || w.Header().Get("X-Request-Id") == "" && !strings.Contains(w.Body.String(), "request") {
+			t.Errorf("%s: %d %s", name, w.Code, w.Body)
+		}
+		if strings.Contains(w.Body.String(), "bug") {
+			t.Errorf("%s: the panic's text reached the client: %s", name, w.Body)
+		}
+	}
+}

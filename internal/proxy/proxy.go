@@ -206,11 +206,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (here and in the sandbox manager a resume goes through); a response
 	// carries it only when it is an error that points to the log.
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
-	defer p.recoverPanic(w, r)
+	defer recoverPanic(p.log, w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
-	if blocked, wait := p.failures.Blocked(client); blocked {
-		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
-		writeError(w, http.StatusTooManyRequests, "", 0, "too many requests with a wrong token from this address; retry later")
+	if spent(w, p.failures, client) {
 		return
 	}
 	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
@@ -315,10 +313,24 @@ func (p *Proxy) resolveError(w http.ResponseWriter, r *http.Request, id string, 
 // internal answers 500 naming only a request ID, under which the error
 // is logged.
 func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, sandboxID string, err error) {
+	internalError(p.log, w, r, sandboxID, err)
+}
+
+func internalError(log *slog.Logger, w http.ResponseWriter, r *http.Request, sandboxID string, err error) {
 	rid := requestID(r)
-	p.log.ErrorContext(r.Context(), "proxy request failed", reqid.LogKey, rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
+	log.ErrorContext(r.Context(), "proxy request failed", reqid.LogKey, rid, "sandbox", sandboxID, "method", r.Method, "path", r.URL.Path, "err", err)
 	w.Header().Set(reqid.Header, rid)
 	writeError(w, http.StatusInternalServerError, "", 0, reqid.InternalMessage(rid))
+}
+
+// spent answers 429 when client's budget of wrong tokens is spent.
+func spent(w http.ResponseWriter, failures *ratelimit.Keyed, client string) bool {
+	blocked, wait := failures.Blocked(client)
+	if blocked {
+		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
+		writeError(w, http.StatusTooManyRequests, "", 0, "too many requests with a wrong token from this address; retry later")
+	}
+	return blocked
 }
 
 // requestID is the ID ServeHTTP gave r; a fresh one if r did not pass
@@ -330,14 +342,15 @@ func requestID(r *http.Request) string {
 	return reqid.New()
 }
 
-// recoverPanic turns a panic into a 500, except the one ReverseProxy
-// uses to abort a response already under way.
-func (p *Proxy) recoverPanic(w http.ResponseWriter, r *http.Request) {
+// recoverPanic, deferred, turns a panic into a 500, except the one
+// ReverseProxy uses to abort a response already under way. It must be
+// the deferred call itself: recover works only there.
+func recoverPanic(log *slog.Logger, w http.ResponseWriter, r *http.Request) {
 	if v := recover(); v != nil {
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		p.internal(w, r, "", fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+		internalError(log, w, r, "", fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
 	}
 }
 
