@@ -92,12 +92,26 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	return m, nil
 }
 
-// Admit refuses new sandboxes unless the node is ready.
-func (m *Member) Admit() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.state != store.NodeReady {
-		return fmt.Errorf("node %s is %s by an operator and takes no new sandboxes", m.cfg.Node.Name, m.state)
+// Admit refuses new sandboxes unless the node is ready. A node that
+// believes itself cordoned or draining asks the store again before it
+// refuses: an uncordon takes effect at once, not at the next heartbeat
+// (the api already places by the store's state). If the store cannot
+// be read, the last state known stands.
+func (m *Member) Admit(ctx context.Context) error {
+	state := m.State()
+	if state != store.NodeReady {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		n, err := m.cfg.Store.GetNode(rctx, m.cfg.Node.Name)
+		cancel()
+		if err == nil {
+			state = n.State
+			m.mu.Lock()
+			m.state = state
+			m.mu.Unlock()
+		}
+	}
+	if state != store.NodeReady {
+		return fmt.Errorf("node %s is %s by an operator and takes no new sandboxes", m.cfg.Node.Name, state)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func TestMemberFollowsTheOperatorsState(t *testing.T) {
 	if err != nil || n.State != store.NodeReady || n.CPUs != 2 || n.Sandboxes != 3 || n.Address != "127.0.0.1:3010" {
 		t.Fatalf("registered %+v %v", n, err)
 	}
-	if err := m.Admit(); err != nil {
+	if err := m.Admit(ctx); err != nil {
 		t.Errorf("a ready node refused: %v", err)
 	}
 	stateIs := func(want store.NodeState) bool {
@@ -51,7 +51,7 @@ func TestMemberFollowsTheOperatorsState(t *testing.T) {
 	if !stateIs(store.NodeCordoned) {
 		t.Fatal("the cordon did not reach the node within 5 s")
 	}
-	if err := m.Admit(); err == nil || !strings.Contains(err.Error(), "cordoned") {
+	if err := m.Admit(ctx); err == nil || !strings.Contains(err.Error(), "cordoned") {
 		t.Errorf("a cordoned node admitted: %v", err)
 	}
 	if drains.Load() != 0 {
@@ -67,14 +67,14 @@ func TestMemberFollowsTheOperatorsState(t *testing.T) {
 	}) {
 		t.Fatalf("the draining node did not drain within 5 s (%d drains)", drains.Load())
 	}
-	if err := m.Admit(); err == nil {
+	if err := m.Admit(ctx); err == nil {
 		t.Error("a draining node admitted")
 	}
 
 	if err := st.SetNodeState(ctx, "n1", store.NodeReady); err != nil {
 		t.Fatal(err)
 	}
-	if !stateIs(store.NodeReady) || m.Admit() != nil {
+	if !stateIs(store.NodeReady) || m.Admit(ctx) != nil {
 		t.Error("uncordoned, the node still refuses")
 	}
 
@@ -97,7 +97,43 @@ func TestMemberFollowsTheOperatorsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if again.Admit() == nil {
+	if again.Admit(ctx) == nil {
 		t.Error("a cordoned node restarted ready")
+	}
+}
+
+// An uncordon takes effect at the node's next create, not at its next
+// heartbeat: the api places by the store's state at once, and a node that
+// still refused would send the create elsewhere.
+func TestUncordonAdmitsBeforeTheNextHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "warren.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	node := store.Node{Name: "n1", Address: "127.0.0.1:3010", Runtime: "runsc", CPUs: 2, MemoryMB: 4096}
+	if err := st.RegisterNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetNodeState(ctx, "n1", store.NodeCordoned); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Join(ctx, Config{Store: st, Node: node, Usage: func() store.NodeUsage { return store.NodeUsage{} }, Heartbeat: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Admit(ctx); err == nil || !strings.Contains(err.Error(), "cordoned") {
+		t.Fatalf("a cordoned node admitted: %v", err)
+	}
+	if err := st.SetNodeState(ctx, "n1", store.NodeReady); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Admit(ctx); err != nil {
+		t.Fatalf("uncordoned in the store, the node still refuses until its heartbeat: %v", err)
+	}
+	if m.State() != store.NodeReady {
+		t.Errorf("the node's state is %s after it admitted", m.State())
 	}
 }

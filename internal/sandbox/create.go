@@ -139,7 +139,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 // fork's).
 func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
 	if m.cfg.Admit != nil { // forks come here too
-		if err := m.cfg.Admit(); err != nil {
+		if err := m.cfg.Admit(ctx); err != nil {
 			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrNoCapacity, err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // running sandboxes.
 func TestAdmitAndDrain(t *testing.T) {
 	var refuse error
-	e := startWith(t, newStore(t), Config{PoolSize: -1, Admit: func() error { return refuse }}, envOptions{})
+	e := startWith(t, newStore(t), Config{PoolSize: -1, Admit: func(context.Context) error { return refuse }}, envOptions{})
 	defer e.destroy()
 	a, err := e.create(CreateRequest{})
 	if err != nil {

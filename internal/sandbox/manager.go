@@ -185,7 +185,7 @@ type Config struct {
 	// Admit, if set, may refuse every new sandbox of the node (a node
 	// cordoned or drained by an operator, internal/cluster): its error
 	// makes a create ErrNoCapacity. Resumes are not asked.
-	Admit func() error
+	Admit func(ctx context.Context) error
 	// Observer, if set, is told of every create, pause and resume.
 	Observer Observer
 	Logger   *slog.Logger

@@ -235,11 +235,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
-		Observer: met, Admit: func() error {
+		Observer: met, Admit: func(ctx context.Context) error {
 			if member == nil { // not yet joined: nothing is served yet
 				return nil
 			}
-			return member.Admit()
+			return member.Admit(ctx)
 		},
 	})
 	if err != nil {

@@ -10,7 +10,7 @@
 // sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
 // creates, and the node's restart brings them back.
-import { afterAll, beforeAll, expect, test } from 'vitest'
+import { afterAll, afterEach, beforeAll, beforeEach, expect, test } from 'vitest'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -30,6 +30,23 @@ beforeAll(async () => {
 afterAll(async () => {
   await c?.stop()
 }, 120_000)
+
+// A failed test prints what the cluster's processes warned of, and where
+// the apis placed sandboxes, while it ran: CI keeps nothing else.
+const logFrom = new Map()
+const procs = () => [...Object.entries(c.nodes), ...c.apis.map((a, i) => [`api${i}`, a])].filter(([, p]) => p.proc)
+beforeEach(() => {
+  for (const [name, p] of procs()) logFrom.set(name, { proc: p.proc, at: p.proc.output().length })
+})
+afterEach(({ task }) => {
+  if (task.result?.state !== 'fail') return
+  for (const [name, p] of procs()) {
+    const from = logFrom.get(name)
+    const lines = p.proc.output().slice(from?.proc === p.proc ? from.at : 0).split('\n')
+      .filter((l) => /level=(WARN|ERROR)|dispatch/.test(l))
+    console.error(`--- ${name}: ${lines.length} warnings and placements while the test ran\n${lines.slice(-60).join('\n')}`)
+  }
+})
 
 test('20 sandboxes spread over both nodes and are reached through the api: commands, files, ports, signed URLs', async () => {
   const opts = apis[0].opts
