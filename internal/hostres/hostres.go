@@ -75,3 +75,31 @@ func DiskMB(path string) (int64, error) {
 	}
 	return int64(st.Blocks) * int64(st.Bsize) >> 20, nil
 }
+
+// PidMaxWanted is the kernel.pid_max a node raises the host to: the
+// kernel's most on 64-bit, and what systemd sets on its hosts. Each idle
+// gVisor sandbox holds ~25 host tasks (sentry and gofer threads, systrap
+// stubs), so the kernel's default of 32768 stops a node at ~1000
+// sandboxes however much memory it has.
+const PidMaxWanted = 4 << 20
+
+// RaisePidMax raises the host's kernel.pid_max (a file like
+// /proc/sys/kernel/pid_max) to at least want, never lowering it, and
+// returns what it was and what it is.
+func RaisePidMax(file string, want int) (was, is int, err error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, 0, err
+	}
+	was, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, 0, fmt.Errorf("hostres: %s holds %q", file, b)
+	}
+	if was >= want {
+		return was, was, nil
+	}
+	if err := os.WriteFile(file, []byte(strconv.Itoa(want)), 0); err != nil {
+		return was, was, fmt.Errorf("hostres: raising %s from %d to %d: %w", file, was, want, err)
+	}
+	return was, want, nil
+}

@@ -1,6 +1,9 @@
 package hostres
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,5 +37,27 @@ func TestFreeMB(t *testing.T) {
 	}
 	if _, err := FreeMB("/does/not/exist"); err == nil {
 		t.Error("no error for a missing path")
+	}
+}
+
+func TestRaisePidMax(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "pid_max")
+	for _, c := range []struct {
+		had, want, is int
+	}{{32768, 4 << 20, 4 << 20}, {4 << 20, 32768, 4 << 20}, {100000, 100000, 100000}} {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(c.had)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		was, is, err := RaisePidMax(f, c.want)
+		got, _ := os.ReadFile(f)
+		if err != nil || was != c.had || is != c.is || strings.TrimSpace(string(got)) != strconv.Itoa(c.is) {
+			t.Errorf("had %d, want %d: was %d, is %d, file %q, %v", c.had, c.want, was, is, got, err)
+		}
+	}
+	if err := os.WriteFile(f, []byte("lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := RaisePidMax(f, 10); err == nil {
+		t.Error("a pid_max that is no number: no error")
 	}
 }

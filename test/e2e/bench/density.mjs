@@ -1,6 +1,8 @@
 // Density (issue 16): starts idle sandboxes on a real `warren serve`
-// (runsc, pool 0) until DENSITY_MAX (default 40) are running, a create
-// fails (the node is full) or DENSITY_BUDGET_S (default 300) pass, then
+// (runsc, pool 0) until DENSITY_MAX (default 1000) are running, a create
+// fails (the node is full), the host has less than DENSITY_FLOOR_MIB
+// (default 2048) of MemAvailable left, or DENSITY_BUDGET_S (default 600)
+// pass, then
 // reports the host memory each idle sandbox costs, the server's own
 // memory, and create latency at that density next to the latency of the
 // first creates. Run by `make bench`; bounded in count and time.
@@ -18,8 +20,9 @@ import { Sandbox } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
 import { Table } from './stats.mjs'
 
-const MAX = Number(process.env.DENSITY_MAX || 40)
-const BUDGET_MS = Number(process.env.DENSITY_BUDGET_S || 300) * 1000
+const MAX = Number(process.env.DENSITY_MAX || 1000)
+const BUDGET_MS = Number(process.env.DENSITY_BUDGET_S || 600) * 1000
+const FLOOR = Number(process.env.DENSITY_FLOOR_MIB || 2048) * 1024 * 1024
 const PROBES = 10 // creates timed at low density and at the end
 const instance = 'bdens'
 const runDir = `/run/warren-${instance}`
@@ -119,6 +122,7 @@ try {
   let stopped = `reached DENSITY_MAX=${MAX}`
   while (sbxs.length < MAX) {
     if (Date.now() > deadline) { stopped = `time budget of ${BUDGET_MS / 1000} s`; break }
+    if (meminfo('MemAvailable') < FLOOR) { stopped = `the host's MemAvailable fell below ${FLOOR / MiB} MiB`; break }
     try {
       const { sbx, ms } = await timedCreate(conn)
       sbxs.push(sbx)
