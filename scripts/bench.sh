@@ -23,7 +23,11 @@ echo "## adaptive warm pool: a steady ${POOL_RATE:-5} creates/s for ${POOL_SECON
 (cd test/e2e && node bench/pool.mjs)
 
 echo
-echo "## density: idle sandboxes on this node (SDK, real warren serve, runsc; DENSITY_MAX=${DENSITY_MAX:-40})"
+echo "## runsc's options: a create and commands per variant, rotated over ${ROUNDS:-3} rounds (internal/node step benchmarks; median of the rounds' p50, and the difference from Warren's flags)"
+ROUNDS=${ROUNDS:-3} scripts/runsc-options.sh
+
+echo
+echo "## density: idle sandboxes on this node (SDK, real warren serve, runsc; DENSITY_MAX=${DENSITY_MAX:-1000})"
 (cd test/e2e && node bench/density.mjs)
 
 echo

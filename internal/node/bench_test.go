@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,8 @@ func benchNode(b *testing.B, rtName string, pool int) *Node {
 	cfg := runtime.Config{StateDir: filepath.Join("/run/warren-node-bench", rtName), CgroupParent: "/warren-node-bench"}
 	if rtName == "runsc" {
 		cfg.Binary = setup.RunscPath(setup.DefaultDataDir)
+		// runsc's options under measurement (scripts/runsc-options.sh).
+		cfg.RunscFlags = strings.Fields(os.Getenv("WARREN_BENCH_RUNSC_FLAGS"))
 	}
 	rt, err := runtime.New(rtName, cfg)
 	if err != nil {
@@ -157,50 +160,53 @@ func BenchmarkPauseResume(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckpointRestore checkpoints (leaving it running) a sandbox
-// whose process holds 50 MiB, and restores the image into a new sandbox
-// until its envd is healthy.
+// BenchmarkCheckpointRestore checkpoints (leaving it running) a sandbox,
+// freshly booted or with a process holding 50 MiB, and restores the image
+// into a new sandbox until its envd is healthy. The booted one answers
+// whether restoring a booted base would create faster than booting it
+// (BenchmarkCreateSteps).
 func BenchmarkCheckpointRestore(b *testing.B) {
-	n := benchNode(b, "runsc", 2)
-	ctx := context.Background()
-	req := baseRequest(b, "bench-ckpt")
-	req.MemoryMB = 512
-	inst, err := n.Create(ctx, req)
-	if err != nil {
-		b.Fatal(err)
+	for _, mib := range []int{0, 50} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			n := benchNode(b, "runsc", 2)
+			ctx := context.Background()
+			req := baseRequest(b, fmt.Sprintf("bench-ckpt-%d", mib))
+			req.MemoryMB = 512
+			inst, err := n.Create(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Delete(ctx, inst)
+			if mib > 0 {
+				ballast(b, inst, mib)
+			}
+			var ckpts, restores []time.Duration
+			var imageBytes int64
+			for i := 0; i < b.N; i++ {
+				dir := b.TempDir()
+				t0 := time.Now()
+				if err := n.Checkpoint(ctx, inst, dir, true); err != nil {
+					b.Fatal(err)
+				}
+				ckpts = append(ckpts, time.Since(t0))
+				imageBytes = dirSize(dir)
+				clone := req
+				clone.ID = fmt.Sprintf("bench-clone-%d-%d", mib, i)
+				waitPool(n)
+				t1 := time.Now()
+				c, err := n.Restore(ctx, clone, dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				restores = append(restores, time.Since(t1))
+				n.Delete(ctx, c)
+				os.RemoveAll(dir)
+			}
+			reportPercentiles(b, "checkpoint", ckpts)
+			reportPercentiles(b, "restore", restores)
+			b.ReportMetric(float64(imageBytes)/(1<<20), "image-MiB")
+		})
 	}
-	defer n.Delete(ctx, inst)
-	out, code := sh(b, inst, "tok-"+inst.ID, "", `nohup python3 -c '
-import os, time
-ballast = bytearray(os.urandom(50 << 20))
-time.sleep(3600)' >/dev/null 2>&1 & sleep 2; echo ok`, 30*time.Second)
-	if code != 0 {
-		b.Fatalf("ballast: %q", out)
-	}
-	var ckpts, restores []time.Duration
-	var imageBytes int64
-	for i := 0; i < b.N; i++ {
-		dir := b.TempDir()
-		t0 := time.Now()
-		if err := n.Checkpoint(ctx, inst, dir, true); err != nil {
-			b.Fatal(err)
-		}
-		ckpts = append(ckpts, time.Since(t0))
-		imageBytes = dirSize(dir)
-		clone := req
-		clone.ID = fmt.Sprintf("bench-clone-%d", i)
-		t1 := time.Now()
-		c, err := n.Restore(ctx, clone, dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		restores = append(restores, time.Since(t1))
-		n.Delete(ctx, c)
-		os.RemoveAll(dir)
-	}
-	reportPercentiles(b, "checkpoint", ckpts)
-	reportPercentiles(b, "restore", restores)
-	b.ReportMetric(float64(imageBytes)/(1<<20), "image-MiB")
 }
 
 func dirSize(dir string) int64 {

@@ -81,8 +81,9 @@ func BenchmarkCreateSteps(b *testing.B) {
 // BenchmarkCommandSteps breaks a command in a running runsc sandbox into
 // what envd's RPC costs without a process (a Stat of /), the start of a
 // process (request to envd's start event: fork and exec inside gVisor),
-// its run to the end event, and the whole of what the SDK's
-// commands.run('true') asks for (bash -l -c true as the default user).
+// its run to the end event, the whole of what the SDK's
+// commands.run('true') asks for (bash -l -c true as the default user),
+// and a run of 10,000 system calls (dd of single bytes).
 // Straight to envd on the slot's address: the proxy hop is measured by
 // the SDK benchmark (test/e2e/bench/steps.mjs).
 func BenchmarkCommandSteps(b *testing.B) {
@@ -136,7 +137,7 @@ func BenchmarkCommandSteps(b *testing.B) {
 	}
 	stat()
 	run("/bin/bash", "-l", "-c", "true") // what the pool's warm-up does
-	var stats, trueStart, trueEnd, bashStart, bashEnd []time.Duration
+	var stats, trueStart, trueEnd, bashStart, bashEnd, syscalls []time.Duration
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
 		stat()
@@ -145,10 +146,15 @@ func BenchmarkCommandSteps(b *testing.B) {
 		trueStart, trueEnd = append(trueStart, s), append(trueEnd, e)
 		s, e = run("/bin/bash", "-l", "-c", "true")
 		bashStart, bashEnd = append(bashStart, s), append(bashEnd, e)
+		// 10,000 system calls (a read and a write per byte): what the
+		// platform's syscall path costs, which runsc's options change.
+		_, e = run("/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=5000", "status=none")
+		syscalls = append(syscalls, e)
 	}
 	reportPercentiles(b, "rpc-stat", stats)
 	reportPercentiles(b, "true-start-event", trueStart)
 	reportPercentiles(b, "true-end-event", trueEnd)
 	reportPercentiles(b, "bash-l-start-event", bashStart)
 	reportPercentiles(b, "bash-l-end-event", bashEnd)
+	reportPercentiles(b, "dd-10k-syscalls-end-event", syscalls)
 }

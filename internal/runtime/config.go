@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,11 @@ type Config struct {
 	// Debug turns on the runtime's debug logging into the per-sandbox log
 	// directory. It is verbose and slows runsc down.
 	Debug bool
+	// RunscFlags are global runsc flags (each "--name=value") given after
+	// Warren's own, which they override: for measuring runsc's options
+	// (scripts/runsc-options.sh). Warren's flags are chosen for its design
+	// (runsc.go says why); overriding them may break it.
+	RunscFlags []string
 }
 
 // DefaultRunscPath is where `warren setup` (EnsureRunsc) installs runsc.
@@ -75,6 +81,11 @@ func (c Config) withDefaults(backend string) (Config, error) {
 	c.NoFile = clampNoFile(c.NoFile)
 	if c.CommandTimeout <= 0 {
 		c.CommandTimeout = defaultCommandTimeout
+	}
+	for _, f := range c.RunscFlags {
+		if !strings.HasPrefix(f, "--") || strings.ContainsAny(f, " \t\n") {
+			return c, fmt.Errorf("runtime: runsc flag %q is not one --name[=value] argument", f)
+		}
 	}
 	return c, nil
 }

@@ -121,7 +121,7 @@ func (r *Runsc) global(id string) []string {
 	if r.cfg.Debug {
 		f = append(f, "--debug")
 	}
-	return f
+	return append(f, r.cfg.RunscFlags...) // last: they override
 }
 
 func (r *Runsc) ociOptions(s *Spec) ociOptions {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,27 @@ func TestFindGo(t *testing.T) {
 		}
 	} else if !strings.HasSuffix(p, "/go") {
 		t.Errorf("findGo = %q", p)
+	}
+}
+
+// RunscFlags come after Warren's own flags and the log flags, so that
+// they override them, and each must be one --name[=value] argument.
+func TestRunscFlags(t *testing.T) {
+	cfg, err := Config{RunscFlags: []string{"--debug-log=", "--directfs=false"}}.withDefaults("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runsc{base: &base{cfg: cfg}}
+	got := r.global("sb1")
+	if n := len(got); n < 3 || got[n-2] != "--debug-log=" || got[n-1] != "--directfs=false" {
+		t.Errorf("global flags = %q, want the configured ones last", got)
+	}
+	if !slices.Contains(got, "--platform=systrap") {
+		t.Errorf("global flags = %q lost Warren's own", got)
+	}
+	for _, bad := range []string{"directfs=false", "-debug", "--debug-log /tmp/x", "--a\nb"} {
+		if _, err := (Config{RunscFlags: []string{bad}}).withDefaults("runsc"); err == nil {
+			t.Errorf("runsc flag %q: no error", bad)
+		}
 	}
 }
