@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"debug/elf"
+	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +29,22 @@ const (
 
 // runscStamp is written next to the binary; a different stamp (another
 // version, or a build made another way) means rebuild.
-const runscStamp = RunscModule + "@" + RunscVersion + " CGO_ENABLED=0\n"
+const runscStamp = RunscModule + "@" + RunscVersion + " CGO_ENABLED=0 precompiled-seccomp\n"
+
+// gvisorModule is the module runsc is built from.
+const gvisorModule = "gvisor.dev/gvisor"
+
+// seccompGen is the program that writes runsc's precompiled seccomp
+// filters into a copy of gVisor's module (seccompgen/main.go.txt says why).
+//
+//go:embed seccompgen/main.go.txt
+var seccompGen []byte
 
 // EnsureRunsc makes sure dir/runsc is the pinned runsc and returns its
-// path. If it is missing or was built from another version, it builds it
-// with `go install` from the Go module proxy (about 1–2 minutes on 2 cores
-// with a cold module cache) and moves it into place atomically. Progress
+// path. If it is missing or was built from another version or another
+// way, it builds it from the Go module proxy with its seccomp filters
+// precompiled (buildRunsc; 3–5 minutes on 2 cores with a cold module
+// cache) and moves it into place atomically. Progress
 // lines go to progress (may be nil). Concurrent callers (setup and tests)
 // are serialized by a lock file in dir, so the build happens once.
 //
@@ -65,14 +78,9 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	}
 	defer os.RemoveAll(tmp)
 
-	fmt.Fprintf(progress, "runsc: building %s@%s with %s (CGO_ENABLED=0); this takes a minute or two\n", RunscModule, RunscVersion, goBin)
+	fmt.Fprintf(progress, "runsc: building %s@%s with %s (CGO_ENABLED=0, precompiled seccomp filters); this takes two or three minutes\n", RunscModule, RunscVersion, goBin)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, goBin, "install", RunscModule+"@"+RunscVersion)
-	cmd.Dir = tmp // outside any module, so no go.mod or go.work applies
-	// GOFLAGS is cleared so that a user setting (-mod=vendor...) cannot
-	// break the build.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=")
-	if err := runStreaming(cmd, progress, "runsc: "); err != nil {
+	if err := buildRunsc(ctx, goBin, tmp, progress); err != nil {
 		return "", fmt.Errorf("building runsc: %w", err)
 	}
 	built := filepath.Join(tmp, "runsc")
@@ -89,6 +97,110 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	}
 	fmt.Fprintf(progress, "runsc: installed %s in %v\n", bin, time.Since(start).Round(time.Second))
 	return bin, nil
+}
+
+// buildRunsc builds runsc into tmp/runsc from a copy of gVisor's module
+// whose stub of precompiled seccomp filters is replaced by the programs
+// themselves (what gVisor's Bazel build does): a sandbox's boot and
+// restore then skip compiling them (docs/performance.md, runsc's
+// options). The copy is the main module, so its own go.mod and go.sum
+// pin every dependency, as `go install runsc@version` would.
+func buildRunsc(ctx context.Context, goBin, tmp string, progress io.Writer) error {
+	// GOFLAGS is cleared so that a user setting (-mod=vendor...) cannot
+	// break the build; GOWORK=off keeps any go.work out.
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
+	goCmd := func(dir string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, goBin, args...)
+		cmd.Dir, cmd.Env = dir, env
+		return cmd
+	}
+	dl := goCmd(tmp, "mod", "download", "-json", gvisorModule+"@"+RunscVersion)
+	out, err := dl.Output()
+	if err != nil {
+		return fmt.Errorf("go mod download %s@%s: %w", gvisorModule, RunscVersion, commandStderr(err))
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return fmt.Errorf("go mod download %s@%s: no module directory in %q (%v %s)", gvisorModule, RunscVersion, out, err, mod.Error)
+	}
+	src := filepath.Join(tmp, "gvisor")
+	if err := copyTree(mod.Dir, src); err != nil {
+		return fmt.Errorf("copying %s: %w", mod.Dir, err)
+	}
+	genDir := filepath.Join(src, "warrenseccompgen")
+	if err := os.MkdirAll(genDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(genDir, "main.go"), seccompGen, 0o644); err != nil {
+		return err
+	}
+	filters, err := os.Create(filepath.Join(src, "runsc", "boot", "filter", "filter_precompiled.go"))
+	if err != nil {
+		return err
+	}
+	gen := goCmd(src, "run", "./warrenseccompgen")
+	gen.Stdout = filters
+	var genErr strings.Builder
+	gen.Stderr = &genErr
+	fmt.Fprintln(progress, "runsc: precompiling the sentry's seccomp filters")
+	err = gen.Run()
+	if cerr := filters.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("precompiling seccomp filters: %w: %s", err, strings.TrimSpace(genErr.String()))
+	}
+	fmt.Fprintln(progress, "runsc: "+strings.TrimSpace(genErr.String()))
+	return runStreaming(goCmd(src, "build", "-o", filepath.Join(tmp, "runsc"), "./runsc"), progress, "runsc: ")
+}
+
+// commandStderr adds a failed command's stderr to its error.
+func commandStderr(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}
+
+// copyTree copies the directories and regular files under from (a module
+// in Go's read-only module cache) to to, writable.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type().IsRegular():
+			return copyFile(p, dst)
+		default:
+			return fmt.Errorf("%s: not a regular file or directory", p)
+		}
+	})
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 func runscCurrent(bin, stamp string) bool {
