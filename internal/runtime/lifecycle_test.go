@@ -229,3 +229,38 @@ func TestStartFailureCleansUp(t *testing.T) {
 		})
 	}
 }
+
+// The runsc that EnsureRunsc builds loads the sentry's seccomp filters
+// precompiled for Warren's flags instead of compiling them at every boot
+// (install.go): its debug log says so.
+func TestRunscUsesPrecompiledSeccomp(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	bin, err := EnsureRunsc(ctx, runscCache, tlog{t})
+	if err != nil {
+		t.Fatalf("EnsureRunsc: %v", err)
+	}
+	rt, err := NewRunsc(Config{Binary: bin, StateDir: filepath.Join(stateBase, "runsc-seccomp"), CgroupParent: testCgroupParent, RunscFlags: []string{"--debug"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSpec(t, fmt.Sprintf("seccomp-%d", os.Getpid()))
+	t.Cleanup(func() { rt.Delete(context.Background(), sb.spec.ID) })
+	if err := rt.Start(ctx, sb.spec); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	waitHealthy(t, sb.net.sandboxIP, 15*time.Second)
+	log, err := os.ReadFile(filepath.Join(rt.sandboxDir(sb.spec.ID), "runsc.boot.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "Loaded precompiled seccomp instructions") {
+		t.Errorf("the sentry compiled its seccomp filters at boot: no precompiled program matched (runsc.boot.log: %d bytes)", len(log))
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "seccomp") {
+				t.Log(l)
+			}
+		}
+	}
+}

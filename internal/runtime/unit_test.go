@@ -172,3 +172,36 @@ func TestRunscFlags(t *testing.T) {
 		}
 	}
 }
+
+// copyTree copies a read-only module tree into a writable one, and
+// refuses what is neither a file nor a directory.
+func TestCopyTree(t *testing.T) {
+	from := filepath.Join(t.TempDir(), "mod")
+	if err := os.MkdirAll(filepath.Join(from, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(from, "a", "b", "f.go"), []byte("package b\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(from, "a", "b"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(t.TempDir(), "copy")
+	if err := copyTree(from, to); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(to, "a", "b", "f.go"))
+	if err != nil || string(got) != "package b\n" {
+		t.Fatalf("copied file: %q %v", got, err)
+	}
+	for _, p := range []string{filepath.Join(to, "a", "b"), filepath.Join(to, "a", "b", "f.go")} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o200 == 0 {
+			t.Errorf("%s is not writable by its owner: %v %v", p, fi.Mode(), err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(from, "link")); err == nil {
+		if err := copyTree(from, filepath.Join(t.TempDir(), "copy2")); err == nil {
+			t.Error("a symlink was copied")
+		}
+	}
+}
