@@ -195,8 +195,12 @@ func TestCopyTree(t *testing.T) {
 		t.Fatalf("copied file: %q %v", got, err)
 	}
 	for _, p := range []string{filepath.Join(to, "a", "b"), filepath.Join(to, "a", "b", "f.go")} {
-		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o200 == 0 {
-			t.Errorf("%s is not writable by its owner: %v %v", p, fi.Mode(), err)
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o200 == 0 {
+			t.Errorf("%s is not writable by its owner: %v", p, fi.Mode())
 		}
 	}
 	if err := os.Symlink("/etc/passwd", filepath.Join(from, "link")); err == nil {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,17 +361,31 @@ func (v *server) run(s *suite) error {
 	v.cmd.Env = env
 	v.cmd.Stdout, v.cmd.Stderr = v.logFile, v.logFile
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := v.cmd.Start(); err != nil {
-		return err
-	}
+	// Pdeathsig fires when the thread that forked the child ends, not the
+	// test process: Go ends a thread whose goroutine exits locked to it,
+	// as the helpers that enter a network namespace do, and a server
+	// started from such a thread was killed mid-suite. So the server is
+	// started and waited for by a goroutine locked to its thread for as
+	// long as the server lives.
 	v.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, log *os.File) {
+	started := make(chan error, 1)
+	go func(cmd *exec.Cmd, log *os.File, exited chan struct{}) {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		cmd.Wait()
 		// The exit status goes into the log, so that a server that died
 		// mid-suite (a signal, the OOM killer) says how.
 		fmt.Fprintf(log, "\n[harness] warren serve (pid %d) exited: %v\n", cmd.Process.Pid, cmd.ProcessState)
-		close(v.exited)
-	}(v.cmd, v.logFile)
+		close(exited)
+	}(v.cmd, v.logFile, v.exited)
+	if err := <-started; err != nil {
+		v.cmd = nil
+		return err
+	}
 	v.apiURL = fmt.Sprintf("http://127.0.0.1:%d", v.apiPort)
 	v.proxyURL = fmt.Sprintf("http://127.0.0.1:%d", v.proxyPort)
 	var exited, healthy bool
