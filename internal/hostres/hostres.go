@@ -78,8 +78,8 @@ func DiskMB(path string) (int64, error) {
 
 // PidMaxWanted is the kernel.pid_max a node raises the host to: the
 // kernel's most on 64-bit, and what systemd sets on its hosts. Each idle
-// gVisor sandbox holds ~25 host tasks (sentry and gofer threads, systrap
-// stubs), so the kernel's default of 32768 stops a node at ~1000
+// gVisor sandbox holds ~29 host tasks (sentry and gofer threads, systrap
+// stubs), so the kernel's default of 32768 stops a node at ~1100
 // sandboxes however much memory it has.
 const PidMaxWanted = 4 << 20
 

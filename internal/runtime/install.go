@@ -78,7 +78,7 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	}
 	defer os.RemoveAll(tmp)
 
-	fmt.Fprintf(progress, "runsc: building %s@%s with %s (CGO_ENABLED=0, precompiled seccomp filters); this takes two or three minutes\n", RunscModule, RunscVersion, goBin)
+	fmt.Fprintf(progress, "runsc: building %s@%s with %s (CGO_ENABLED=0, precompiled seccomp filters); this takes a few minutes\n", RunscModule, RunscVersion, goBin)
 	start := time.Now()
 	if err := buildRunsc(ctx, goBin, tmp, progress); err != nil {
 		return "", fmt.Errorf("building runsc: %w", err)

@@ -222,9 +222,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	// Host-wide and left raised at exit, like IPv4 forwarding.
 	if was, is, err := hostres.RaisePidMax("/proc/sys/kernel/pid_max", hostres.PidMaxWanted); err != nil {
-		log.Warn("the host's kernel.pid_max stays as it is: sandboxes need ~25 host tasks each", "err", err)
+		log.Warn("the host's kernel.pid_max stays as it is: sandboxes need ~29 host tasks each", "err", err)
 	} else if is != was {
-		log.Info("raised the host's kernel.pid_max: sandboxes need ~25 host tasks each", "was", was, "now", is)
+		log.Info("raised the host's kernel.pid_max: sandboxes need ~29 host tasks each", "was", was, "now", is)
 	}
 	dataDir := cfg.DataDir
 	freeMB := func() (int64, error) { return hostres.FreeMB(dataDir) }
