@@ -3,7 +3,7 @@
 # STEP-p99-ms (internal/node's step benchmarks) into a table with one row
 # per step, in the order the steps happen.
 BEGIN {
-  n = split("slot rootfs-mount root-files runtime-bundle runtime-start envd-health total rpc-stat true-start-event true-end-event bash-l-start-event bash-l-end-event dd-10k-syscalls-end-event", order, " ")
+  n = split("slot rootfs-mount root-files runtime-bundle runtime-start envd-health total rpc-stat true-start-event true-end-event bash-l-start-event bash-l-end-event dd-10k-syscalls-end-event envd-user-lookup envd-prepare envd-stdio envd-exec", order, " ")
   print "| benchmark | step | p50 ms | p99 ms |"
   print "|---|---|---|---|"
 }

@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +160,40 @@ func BenchmarkCommandSteps(b *testing.B) {
 	reportPercentiles(b, "bash-l-start-event", bashStart)
 	reportPercentiles(b, "bash-l-end-event", bashEnd)
 	reportPercentiles(b, "dd-10k-syscalls-end-event", syscalls)
+	// Inside envd, for the bash -l starts (what commands.run asks): its
+	// "process started" log lines time each step of a start.
+	steps, err := envdStartSteps(inst.LogPath, "/bin/bash")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"user_lookup", "prepare", "stdio", "exec"} {
+		reportPercentiles(b, "envd-"+strings.ReplaceAll(name, "_", "-"), steps[name])
+	}
+}
+
+// envdStartSteps reads envd's log at path for the "process started" lines
+// of cmd and returns the durations of each step they give (NAME_us).
+func envdStartSteps(path, cmd string) (map[string][]time.Duration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]time.Duration{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "process started" || rec["cmd"] != cmd {
+			continue
+		}
+		for k, v := range rec {
+			if name, ok := strings.CutSuffix(k, "_us"); ok {
+				if us, ok := v.(float64); ok {
+					out[name] = append(out[name], time.Duration(us)*time.Microsecond)
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no timed \"process started\" line of %s in %s", cmd, path)
+	}
+	return out, nil
 }

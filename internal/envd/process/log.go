@@ -25,7 +25,17 @@ const (
 	logOutputMax = 16 << 10 // output bytes per process and stream
 )
 
-func logStarted(l *slog.Logger, p *proc, u *users.User, cwd string) {
+// startSteps is what a process's start took inside envd: resolving its
+// user, preparing the command (working directory, environment,
+// credentials), its stdio (pipes or a PTY), and the fork and exec until
+// the reaper had its pid. They go on the "process started" line, so that
+// a slow start says where its time went (internal/node's CommandSteps
+// benchmark reads them).
+type startSteps struct {
+	user, prepare, stdio, exec time.Duration
+}
+
+func logStarted(l *slog.Logger, p *proc, u *users.User, cwd string, steps startSteps) {
 	attrs := []any{
 		"pid", p.pid,
 		"cmd", p.config.GetCmd(),
@@ -34,7 +44,9 @@ func logStarted(l *slog.Logger, p *proc, u *users.User, cwd string) {
 	if p.tag != nil {
 		attrs = append(attrs, "tag", *p.tag)
 	}
-	attrs = append(attrs, "user", u.Name, "cwd", cwd, "pty", p.pty != nil)
+	attrs = append(attrs, "user", u.Name, "cwd", cwd, "pty", p.pty != nil,
+		"user_lookup_us", steps.user.Microseconds(), "prepare_us", steps.prepare.Microseconds(),
+		"stdio_us", steps.stdio.Microseconds(), "exec_us", steps.exec.Microseconds())
 	l.Info("process started", attrs...)
 }
 

@@ -84,6 +84,12 @@ func TestLogStartOutputEnd(t *testing.T) {
 			t.Errorf("start record %s = %v, want %v", k, start[k], v)
 		}
 	}
+	// The start's steps, timed: a fork and exec takes some time.
+	for _, k := range []string{"user_lookup_us", "prepare_us", "stdio_us", "exec_us"} {
+		if v, ok := start[k].(float64); !ok || v < 0 || (k == "exec_us" && v == 0) {
+			t.Errorf("start record %s = %v, want a duration in µs", k, start[k])
+		}
+	}
 	if end["msg"] != "process ended" || end["exit_code"] != float64(0) || end["duration_ms"] == nil {
 		t.Errorf("end record = %v", end)
 	}

@@ -122,17 +122,19 @@ func (s *Service) find(sel *pb.ProcessSelector, exited bool) (*proc, error) {
 
 // Start runs a process and streams its events: start{pid}, output, end.
 func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	t0 := time.Now()
 	u, err := rpc.User(req.Header(), s.settings)
 	if err != nil {
 		return err
 	}
+	userLookup := time.Since(t0)
 	var lifetime time.Duration
 	if dl, ok := ctx.Deadline(); ok {
 		if lifetime = time.Until(dl); lifetime <= 0 {
 			return connect.NewError(connect.CodeDeadlineExceeded, errors.New("timeout elapsed before the process started"))
 		}
 	}
-	p, sub, err := s.launch(req.Msg, u, lifetime)
+	p, sub, err := s.launch(req.Msg, u, lifetime, userLookup)
 	if err != nil {
 		return err
 	}

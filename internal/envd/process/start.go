@@ -25,7 +25,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // its output pumps running, and a subscriber attached before the first byte
 // of output. lifetime > 0 kills it (and its process group) when it elapses,
 // whether or not a client is still attached.
-func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Duration) (*proc, *subscriber, error) {
+func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime, userLookup time.Duration) (*proc, *subscriber, error) {
+	steps := startSteps{user: userLookup}
+	t := time.Now()
 	cfg := req.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
@@ -50,6 +52,7 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 	}
 
 	p := &proc{tag: optional(req.Tag), config: cfg, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	steps.prepare, t = time.Since(t), time.Now()
 	var readers []*os.File
 	var childEnds []*os.File
 	closeAll := func(fs []*os.File) {
@@ -101,8 +104,10 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 	}
 
 	log := s.log
+	steps.stdio = time.Since(t)
 	started := time.Now()
 	pid, exited, err := s.reaper.StartCmd(cmd)
+	steps.exec = time.Since(started)
 	closeAll(childEnds)
 	if err != nil {
 		closeAll(readers)
@@ -114,7 +119,7 @@ func (s *Service) launch(req *pb.StartRequest, u *users.User, lifetime time.Dura
 	p.pid = uint32(pid)
 	s.add(p)
 	sub := p.subscribe()
-	logStarted(log, p, u, cwd)
+	logStarted(log, p, u, cwd, steps)
 
 	var pumps sync.WaitGroup
 	if p.pty != nil {
