@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/warren-sandbox/warren/internal/store"
 	"log/slog"
 	"os"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/server"
 	"github.com/warren-sandbox/warren/internal/setup"
+	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
 	"github.com/warren-sandbox/warren/internal/volume"
 )

@@ -21,7 +21,8 @@ const nominalSandboxMB = 512
 // then by name. Spreading by load is what keeps one node from taking a
 // burst alone while its heartbeat lags.
 //
-// Locality is the caller's: Create puts a template's home first.
+// Locality is the caller's: Create puts first the node that built the
+// template, then those with a warm sandbox of it.
 func order(nodes []store.Node, now time.Time, lostAfter time.Duration, pending func(store.Node) int) []store.Node {
 	type cand struct {
 		n      store.Node

@@ -29,10 +29,9 @@ import (
 //
 // Sandboxes of a template are placed first on the node that built it
 // (Create), where its image is: its home, unless the nodes changed since;
-// another node pulls the image when it must start one
-// (internal/imagepeer). A node that cannot (a checkpoint does not move: a
-// snapshot's, or a start command's) refuses, and the next is asked, so a
-// snapshot's sandboxes find its node.
+// another node pulls the image, its layers and checkpoint, when it must
+// start one (internal/imagepeer). A node that has not got a template
+// refuses it, and the next is asked.
 
 // templateKey says where a platform API request goes: ok is false for
 // routes that are not the template service's; else sandbox is set for a

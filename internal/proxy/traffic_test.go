@@ -22,14 +22,7 @@ func sandboxApp() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Header.Get("Upgrade") != "":
-			conn, rw, err := w.(http.Hijacker).Hijack()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-			rw.Flush()
-			io.Copy(conn, rw)
+			wsEcho.ServeHTTP(w, r)
 		case r.URL.Path == "/stream":
 			io.WriteString(w, "first\n")
 			w.(http.Flusher).Flush()
