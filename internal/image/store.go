@@ -44,7 +44,7 @@
 // it keep using. EnsureTemplate does this for built-in templates such as
 // `base` (internal/baseimage), serialised between processes by the lock
 // file. Unpacked and committed layers are written into a temporary dir of
-// layers/ (MkdirLayerTemp), flock'ed while they are written, and renamed
+// layers/ (LayerTemp), flock'ed while they are written, and renamed
 // into place the same way. Layers are shared, read-only, by every sandbox
 // and template that uses them.
 //
@@ -164,25 +164,16 @@ func (s *Store) Dir() string { return s.dir }
 // LayerDir is where layer id lives.
 func (s *Store) LayerDir(id string) string { return filepath.Join(s.dir, "layers", id) }
 
-// Prefixes of the temporary dirs in layers/ that layers are written into
-// before they are renamed into place: an OCI layer being unpacked
-// (internal/oci), a sandbox's writes being committed (internal/rootfs), a
-// layer pulled from another node.
-// Cleanup removes those nobody holds locked.
+// Prefixes of the temporary dirs (LayerTemp, SnapshotTemp) that layers
+// and checkpoints are written into before they are renamed into place: an
+// OCI layer being unpacked (internal/oci), a sandbox's writes being
+// committed (internal/rootfs), a layer or checkpoint pulled from another
+// node (internal/imagepeer). Cleanup removes those nobody holds locked.
 const (
 	OCITempPrefix    = ".tmp-oci-"
 	CommitTempPrefix = ".tmp-commit-"
-	// PullTempPrefix: a layer pulled from another node
-	// (internal/imagepeer).
-	PullTempPrefix = ".tmp-pull-"
+	PullTempPrefix   = ".tmp-pull-"
 )
-
-// MkdirLayerTemp makes a new temporary dir in layers/, named prefix and a
-// random suffix, for a layer being written; the writer flocks it while it
-// writes, and renames it to LayerDir(id) when the layer is complete.
-func (s *Store) MkdirLayerTemp(prefix string) (string, error) {
-	return os.MkdirTemp(filepath.Join(s.dir, "layers"), prefix)
-}
 
 // LayerDirs maps a template's layer IDs to their directories, bottom first.
 func (s *Store) LayerDirs(t *Template) ([]string, error) {

@@ -10,11 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/layertar"
@@ -95,20 +91,6 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	return p.Images.PutTemplate(&t)
 }
 
-// lockDir flocks a temporary dir while it is written: image.Store's
-// Cleanup spares a locked one.
-func lockDir(dir string) (unlock func(), err error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("imagepeer: locking %s: %w", dir, err)
-	}
-	return func() { unix.Close(fd) }, nil
-}
-
 // get asks url, a 200 or an error.
 func (p *Puller) get(ctx context.Context, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -130,7 +112,7 @@ func (p *Puller) get(ctx context.Context, url string) (*http.Response, error) {
 // pullLayer brings layer id into the image store.
 func (p *Puller) pullLayer(ctx context.Context, base, node, id string) error {
 	return p.fetch(ctx, base+"layers/"+id, "layer "+id+" from node "+node,
-		filepath.Join(p.Images.Dir(), "layers"), p.Images.LayerDir(id), unpackLayer)
+		p.Images.LayerTemp, p.Images.LayerDir(id), unpackLayer)
 }
 
 // unpackLayer unpacks a layer's tar stream into dir (layertar: nothing
@@ -154,30 +136,20 @@ func unpackLayer(in io.Reader, dir string) error {
 }
 
 // fetch gets url's stream and unpacks it into a new locked temporary dir
-// under parent, which is renamed to final once the stream's digest
-// matches the trailer's; what remains of a failed fetch is removed.
-// Another process that made final meanwhile wins.
-func (p *Puller) fetch(ctx context.Context, url, what, parent, final string, unpack func(io.Reader, string) error) error {
+// (temp), which is renamed to final once the stream's digest matches the
+// trailer's; what remains of a failed fetch is removed. Another process
+// that made final meanwhile wins.
+func (p *Puller) fetch(ctx context.Context, url, what string, temp func(prefix string) (*image.TempDir, error), final string, unpack func(io.Reader, string) error) error {
 	if guard := p.Images.SpaceGuard(); guard != nil {
 		if err := guard(); err != nil {
 			return err
 		}
 	}
-	tmp, err := os.MkdirTemp(parent, image.PullTempPrefix)
+	tmp, err := temp(image.PullTempPrefix)
 	if err != nil {
 		return err
 	}
-	done := false
-	defer func() {
-		if !done {
-			os.RemoveAll(tmp)
-		}
-	}()
-	unlock, err := lockDir(tmp)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+	defer tmp.Close()
 	res, err := p.get(ctx, url)
 	if err != nil {
 		return err
@@ -185,7 +157,7 @@ func (p *Puller) fetch(ctx context.Context, url, what, parent, final string, unp
 	defer res.Body.Close()
 	h := sha256.New()
 	in := io.TeeReader(res.Body, h)
-	if err := unpack(in, tmp); err != nil {
+	if err := unpack(in, tmp.Path); err != nil {
 		return fmt.Errorf("imagepeer: %s: %w", what, err)
 	}
 	// What follows the stream's end (nothing, from a sound node) is
@@ -196,12 +168,5 @@ func (p *Puller) fetch(ctx context.Context, url, what, parent, final string, unp
 	if got, want := hex.EncodeToString(h.Sum(nil)), res.Trailer.Get(DigestTrailer); want == "" || got != want {
 		return fmt.Errorf("imagepeer: %s: the stream's digest is %s, the node's %q", what, got, want)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		if _, serr := os.Stat(final); serr == nil {
-			return nil // made meanwhile: ours goes
-		}
-		return err
-	}
-	done = true
-	return nil
+	return tmp.Commit(final)
 }

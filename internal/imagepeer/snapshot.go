@@ -170,6 +170,6 @@ func readSegments(line func() ([]string, error), br *bufio.Reader, out *os.File,
 
 // pullSnapshot brings checkpoint id into the image store.
 func (p *Puller) pullSnapshot(ctx context.Context, base, node, id string) error {
-	final := p.Images.SnapshotDir(id)
-	return p.fetch(ctx, base+"snapshots/"+id, "checkpoint "+id+" from node "+node, filepath.Dir(final), final, readSnapshot)
+	return p.fetch(ctx, base+"snapshots/"+id, "checkpoint "+id+" from node "+node,
+		p.Images.SnapshotTemp, p.Images.SnapshotDir(id), readSnapshot)
 }

@@ -16,7 +16,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/layertar"
-	"golang.org/x/sys/unix"
 )
 
 // layerError is a failure to unpack a layer's contents, as opposed to a
@@ -133,25 +132,11 @@ func unpackLayer(ctx context.Context, s *image.Store, diffID v1.Hash, open func(
 		return id, nil
 	}
 	start := time.Now()
-	tmp, err := s.MkdirLayerTemp(image.OCITempPrefix)
+	tmp, err := s.LayerTemp(image.OCITempPrefix)
 	if err != nil {
 		return "", err
 	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(tmp)
-		}
-	}()
-	// Held until the layer is renamed into place or removed: Cleanup
-	// leaves a locked temporary dir alone.
-	lock, err := unix.Open(tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(lock)
-	if err := unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return "", fmt.Errorf("locking %s: %w", tmp, err)
-	}
+	defer tmp.Close()
 
 	step("fetching")
 	rc, err := open()
@@ -161,7 +146,7 @@ func unpackLayer(ctx context.Context, s *image.Store, diffID v1.Hash, open func(
 	defer rc.Close()
 	h := sha256.New()
 	in := &countingReader{r: io.TeeReader(ctxReader{ctx, rc}, h)}
-	w := layertar.NewWriter(tmp)
+	w := layertar.NewWriter(tmp.Path)
 	tr := tar.NewReader(guardedReader{in, s.SpaceGuard()})
 	for {
 		hdr, err := tr.Next()
@@ -188,17 +173,9 @@ func unpackLayer(ctx context.Context, s *image.Store, diffID v1.Hash, open func(
 	if dropped := w.DroppedDevices(); len(dropped) > 0 {
 		step("left out %d device node(s) (a sandbox's /dev is its own), e.g. /%s", len(dropped), dropped[0])
 	}
-	// The rename below commits the layer, so its files must be on disk
-	// first: after a crash, a layer dir that exists must be whole.
-	if err := unix.Syncfs(lock); err != nil {
+	// Another pull that unpacked the same layer meanwhile wins.
+	if err := tmp.Commit(final); err != nil {
 		return "", err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if _, serr := os.Lstat(final); serr != nil {
-			return "", err
-		}
-		// Another pull unpacked the same layer meanwhile: use its.
-		_ = os.RemoveAll(tmp)
 	}
 	step("unpacked %s in %.1fs", humanSize(in.n), time.Since(start).Seconds())
 	return id, nil

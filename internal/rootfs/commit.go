@@ -69,25 +69,12 @@ func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 	if _, err := os.Lstat(final); err == nil {
 		return nil // the same step, made by another build: keep that one
 	}
-	tmp, err := layers.MkdirLayerTemp(image.CommitTempPrefix)
+	tmp, err := layers.LayerTemp(image.CommitTempPrefix)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(tmp)
-		}
-	}()
-	dst, err := os.OpenFile(tmp, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	// Held until the layer is renamed into place or removed: Cleanup
-	// leaves a locked temporary dir alone.
-	if err := unix.Flock(int(dst.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("rootfs: locking %s: %w", tmp, err)
-	}
+	defer tmp.Close()
+	dst := tmp.Dir()
 	src, err := os.OpenFile(r.upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -106,21 +93,11 @@ func (r *Root) Commit(layers *image.Store, layerID string) (err error) {
 	if err := c.setAttrs(int(src.Fd()), int(dst.Fd()), &st); err != nil {
 		return fmt.Errorf("rootfs: committing layer %s: %w", layerID, err)
 	}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, times(&st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp.Path, times(&st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
-	// The rename below commits the layer, so its files must be on disk
-	// first: after a crash, a layer dir that exists must be whole.
-	if err := unix.Syncfs(int(dst.Fd())); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if _, serr := os.Lstat(final); serr != nil {
-			return err
-		}
-		_ = os.RemoveAll(tmp) // made meanwhile by another build: keep that one
-	}
-	return nil
+	// One made meanwhile by another build stays.
+	return tmp.Commit(final)
 }
 
 // fileID names an inode of the source tree, to keep its hard links.
