@@ -7,7 +7,6 @@ import { Sandbox, AuthenticationError } from 'e2b'
 import { startEnvd } from '../setup/start-envd.mjs'
 
 const token = 'e2e-token-' + Math.random().toString(36).slice(2)
-const port = 49984
 let envd
 let sbx
 
@@ -16,7 +15,7 @@ function connect(envdAccessToken) {
     sandboxId: 'e2etoken',
     envdVersion: '0.6.4',
     envdAccessToken,
-    sandboxUrl: `http://127.0.0.1:${port}`,
+    sandboxUrl: envd.url,
     debug: false,
   })
 }
@@ -29,7 +28,7 @@ function post(url, name, text) {
 }
 
 beforeAll(async () => {
-  envd = await startEnvd({ port, token })
+  envd = await startEnvd({ port: 'any', token })
   sbx = connect(token)
 })
 afterAll(async () => {
@@ -91,7 +90,7 @@ describe('signed URLs', () => {
     expect((await fetch(await sbx.downloadUrl('/tmp/e2e-signed.txt', { useSignatureExpiration: -10 }))).status).toBe(401)
     // A read signature does not allow writing.
     expect((await post(down, 'x', 'overwrite')).status).toBe(401)
-    expect((await fetch(`http://127.0.0.1:${port}/files?path=/tmp/e2e-signed.txt`)).status).toBe(401)
+    expect((await fetch(`${envd.url}/files?path=/tmp/e2e-signed.txt`)).status).toBe(401)
     expect(await sbx.files.read('/tmp/e2e-signed.txt')).toBe('signed')
     await sbx.files.remove('/tmp/e2e-signed.txt')
     await sbx.files.remove('/tmp/e2e-other.txt')
@@ -101,7 +100,7 @@ describe('signed URLs', () => {
 
 describe('envd without a token', () => {
   test('refuses every SDK call with AuthenticationError until it has one; /health stays open', async () => {
-    const bare = await startEnvd({ port: 49985, insecure: false })
+    const bare = await startEnvd({ port: 'any', insecure: false })
     try {
       const other = new Sandbox({ sandboxId: 'e2enotoken', envdVersion: '0.6.4', sandboxUrl: bare.url, debug: false })
       await expect(other.commands.run('true')).rejects.toBeInstanceOf(AuthenticationError)

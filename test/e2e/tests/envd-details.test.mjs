@@ -110,12 +110,11 @@ describe('unknown users', () => {
 
 describe('signatures', () => {
   // Debug mode has no token, so no signatures: an envd of its own with one.
-  const port = 49986
   const token = 'e2e-details-' + Math.random().toString(36).slice(2)
   let envd
   let signed
   beforeAll(async () => {
-    envd = await startEnvd({ port, token })
+    envd = await startEnvd({ port: 'any', token })
     signed = new Sandbox({ sandboxId: 'e2edetails', envdVersion: '0.6.4', envdAccessToken: token, sandboxUrl: envd.url, debug: false })
     await signed.files.write('/tmp/e2e-details-signed.txt', 'hello world')
   })
