@@ -48,12 +48,6 @@ func BenchmarkProxyConnection(b *testing.B) {
 	}
 	go p.Serve(pln)
 	defer p.Close()
-	pol, err := Compile(Config{AllowOut: []string{"api.example.test"}}, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.Register(netip.MustParseAddr("127.0.0.1"), Sandbox{ID: "sbx1", TeamID: "team1", Policy: pol})
-
 	request := []byte("GET / HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
 	one := func(b *testing.B, addr string) {
 		c, err := net.Dial("tcp4", addr)
@@ -70,10 +64,30 @@ func BenchmarkProxyConnection(b *testing.B) {
 		io.Copy(io.Discard, res.Body)
 		c.Close()
 	}
-	for _, c := range []struct{ name, addr string }{{"direct", dst.String()}, {"domain-policy", pln.Addr().String()}} {
+	// domain-policy: the name is allowed and so is the rest (the proxy
+	// dials as soon as the connection comes); domain-only: the rest is
+	// denied, as with allowInternetAccess false (only the name opens the
+	// address).
+	for _, c := range []struct {
+		name string
+		cfg  *Config
+	}{
+		{"direct", nil},
+		{"domain-policy", &Config{AllowOut: []string{"api.example.test"}}},
+		{"domain-only", &Config{AllowOut: []string{"api.example.test"}, DenyOut: []string{"0.0.0.0/0"}}},
+	} {
+		addr := dst.String()
+		if c.cfg != nil {
+			pol, err := Compile(*c.cfg, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Register(netip.MustParseAddr("127.0.0.1"), Sandbox{ID: "sbx1", TeamID: "team1", Policy: pol})
+			addr = pln.Addr().String()
+		}
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				one(b, c.addr)
+				one(b, addr)
 			}
 		})
 	}

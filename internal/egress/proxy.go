@@ -171,38 +171,56 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 	p.lns = append(p.lns, ln)
 	p.mu.Unlock()
+	done := make(chan error, 1)
+	go p.accept(ln, done)
+	return <-done
+}
+
+// accept takes the next connection from ln and serves it, after starting
+// the goroutine that takes the one after: the connection's first steps
+// run on the goroutine that is already awake instead of waiting for a new
+// one to be scheduled, which on a node whose cores are busy with
+// sandboxes can take a while. The acceptor that fails ends Serve.
+func (p *Proxy) accept(ln net.Listener, done chan<- error) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
-				return nil
+				done <- nil
+				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			return err
+			done <- err
+			return
 		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			c.Close()
-			return nil
+			done <- nil
+			return
 		}
 		p.active[c] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
-		go func() {
-			defer p.wg.Done()
-			defer func() {
-				p.mu.Lock()
-				delete(p.active, c)
-				p.mu.Unlock()
-			}()
-			p.handle(c)
-		}()
+		go p.accept(ln, done)
+		p.serveConn(c)
+		return
 	}
+}
+
+func (p *Proxy) serveConn(c net.Conn) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.active, c)
+		p.mu.Unlock()
+	}()
+	p.handle(c)
 }
 
 // Close stops the listeners and cuts every connection.
@@ -367,10 +385,19 @@ func (cn *conn) serve() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var early *earlyDial
-	if addrVerdict.allow {
+	switch {
+	case addrVerdict.allow:
 		// The address is allowed whatever the first bytes say: dial now,
 		// and splice at once if the server speaks first (SSH, SMTP).
-		early = cn.startDial(ctx)
+		early = cn.startDial(ctx, true)
+	case pol.Upstream == nil && p.dial.names.named(cn.dst.Addr(), func(h string) bool { _, ok := pol.AllowsHost(h); return ok }, time.Now()):
+		// The address is one an allowed name resolved to a moment ago
+		// (most likely the sandbox just looked that name up): dial it
+		// while the client's first bytes come, so that the dial is not
+		// on the connection's path. Nothing is sent on it, and it is
+		// closed unless those bytes name an allowed host; the sandbox
+		// could open that address anyway by naming the host.
+		early = cn.startDial(ctx, false)
 	}
 	first, serverFirst := cn.firstBytes(early)
 	if serverFirst {
@@ -465,18 +492,22 @@ func (cn *conn) upstream(ctx context.Context, early *earlyDial, host string, ver
 }
 
 // earlyDial is an upstream connection made while the client's first
-// bytes are awaited, and what the server sent before the client spoke.
+// bytes are awaited, and, if watched, what the server sent before the
+// client spoke.
 type earlyDial struct {
 	ready chan struct{} // closed when the dial ended
 	conn  net.Conn
 	err   error
+	watch bool          // the server's first bytes are being read
 	spoke chan struct{} // closed when the server sent bytes first
 	first []byte        // those bytes (or any read before stop)
 	read  chan struct{} // closed when the first read ended
 }
 
-func (cn *conn) startDial(ctx context.Context) *earlyDial {
-	d := &earlyDial{ready: make(chan struct{}), spoke: make(chan struct{}), read: make(chan struct{})}
+// startDial dials the original destination; with watch, it then reads
+// what the server says first (see firstBytes).
+func (cn *conn) startDial(ctx context.Context, watch bool) *earlyDial {
+	d := &earlyDial{ready: make(chan struct{}), watch: watch, spoke: make(chan struct{}), read: make(chan struct{})}
 	go func() {
 		defer close(d.read)
 		pol := cn.sb.Policy
@@ -486,7 +517,7 @@ func (cn *conn) startDial(ctx context.Context) *earlyDial {
 			d.conn, d.err = cn.p.dial.direct(ctx, cn.dst)
 		}
 		close(d.ready)
-		if d.err != nil {
+		if d.err != nil || !watch {
 			return
 		}
 		buf := make([]byte, 4096)
@@ -502,7 +533,7 @@ func (cn *conn) startDial(ctx context.Context) *earlyDial {
 // stop ends the watch for server-first bytes; what was read stays in first.
 func (d *earlyDial) stop() {
 	<-d.ready
-	if d.conn != nil {
+	if d.conn != nil && d.watch {
 		_ = d.conn.SetReadDeadline(time.Now())
 		<-d.read
 		_ = d.conn.SetReadDeadline(time.Time{})
@@ -535,24 +566,24 @@ func (d *earlyDial) abandon() {
 	}()
 }
 
-// firstBytes sniffs the client's first bytes, unless the early upstream
-// speaks first.
+// firstBytes sniffs the client's first bytes, unless the early upstream,
+// if watched, speaks first.
 func (cn *conn) firstBytes(early *earlyDial) (sniffResult, bool) {
 	_ = cn.client.SetReadDeadline(time.Now().Add(cn.p.cfg.SniffTimeout))
 	defer cn.client.SetReadDeadline(time.Time{})
+	if early == nil || !early.watch {
+		r, _ := sniff(cn.client)
+		return r, false
+	}
 	done := make(chan sniffResult, 1)
 	go func() {
 		r, _ := sniff(cn.client)
 		done <- r
 	}()
-	var spoke chan struct{}
-	if early != nil {
-		spoke = early.spoke
-	}
 	select {
 	case r := <-done:
 		return r, false
-	case <-spoke:
+	case <-early.spoke:
 		_ = cn.client.SetReadDeadline(time.Now())
 		return <-done, true
 	}
@@ -579,23 +610,28 @@ func (cn *conn) relay(early *earlyDial, clientData []byte) {
 }
 
 // splice copies both ways until both sides are done, half-closing each
-// direction as it ends; an error in one direction ends both.
+// direction as it ends; an error in one direction ends both. The calling
+// goroutine copies a to b, so that what a's prefix holds (the client's
+// first bytes) goes on at once; a new one copies b to a.
 func splice(a, b net.Conn) {
-	errc := make(chan error, 2)
-	cp := func(dst, src net.Conn) {
+	cp := func(dst, src net.Conn) error {
 		_, err := copyConn(dst, src)
 		if err == nil {
 			err = closeWrite(dst)
 		}
-		errc <- err
+		if err != nil {
+			a.Close()
+			b.Close()
+		}
+		return err
 	}
-	go cp(b, a)
-	go cp(a, b)
-	if err := <-errc; err != nil {
-		a.Close()
-		b.Close()
-	}
-	<-errc
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		cp(a, b)
+	}()
+	cp(b, a)
+	<-back
 	a.Close()
 	b.Close()
 }

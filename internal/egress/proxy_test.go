@@ -310,6 +310,166 @@ func TestProxyDomainsByHostAndSNI(t *testing.T) {
 	}
 }
 
+// recordingServer accepts TCP connections, keeps what each sent, and
+// answers every request it reads with a small HTTP response.
+type recordingServer struct {
+	addr     netip.AddrPort
+	accepted atomic.Int64
+	mu       sync.Mutex
+	received []string // per connection, in order of acceptance
+}
+
+func serveRecording(t *testing.T, ln net.Listener) *recordingServer {
+	s := &recordingServer{addr: netip.MustParseAddrPort(ln.Addr().String())}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			i := len(s.received)
+			s.received = append(s.received, "")
+			s.mu.Unlock()
+			s.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					s.mu.Lock()
+					s.received[i] += req.Host + " "
+					s.mu.Unlock()
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func (s *recordingServer) hosts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.received)
+}
+
+// waitAccepted waits up to d for the server to have accepted n connections.
+func (s *recordingServer) waitAccepted(n int64, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if s.accepted.Load() >= n {
+			return true
+		}
+	}
+	return s.accepted.Load() >= n
+}
+
+// The proxy dials ahead (before it has read a name) only an address that
+// an allowed name resolved to, and sends nothing on that connection when
+// the name it then reads is not allowed.
+func TestProxyDialsAheadOnlyAnAllowedNamesAddress(t *testing.T) {
+	var real, other *recordingServer
+	for range 20 {
+		a := listenOn(t, "127.0.0.2", 0)
+		b, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.3:%d", a.Addr().(*net.TCPAddr).Port))
+		if err != nil {
+			a.Close()
+			continue
+		}
+		t.Cleanup(func() { b.Close() })
+		real, other = serveRecording(t, a), serveRecording(t, b)
+		break
+	}
+	if real == nil {
+		t.Fatal("no port free on both 127.0.0.2 and 127.0.0.3")
+	}
+	names := fakeResolver{"api.example.test": {real.addr.Addr()}, "cdn.other.test": {real.addr.Addr()}}
+	tp := newTestProxy(t, names, nil, nil)
+	tp.register(mustCompile(t, Config{AllowOut: []string{"api.example.test"}}, false))
+	request := func(dst netip.AddrPort, host string) error {
+		c, err := tp.dial(dst)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		return nil
+	}
+	// Nothing resolved yet: the first connection is dialled after its
+	// name is read (to the name's address, not the one dialled).
+	if err := request(other.addr, "api.example.test"); err != nil {
+		t.Fatalf("allowed name: %v", err)
+	}
+	if real.accepted.Load() != 1 || other.accepted.Load() != 0 {
+		t.Fatalf("accepted: real %d, other %d; want 1 and 0", real.accepted.Load(), other.accepted.Load())
+	}
+	// Now the name's address is known: a connection to it is dialled
+	// before the client sends a byte...
+	c, err := tp.dial(real.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !real.waitAccepted(2, 5*time.Second) {
+		t.Fatal("the proxy did not dial ahead an address the allowed name resolved to")
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	if res, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || res.StatusCode != 200 {
+		t.Fatalf("allowed name on the connection dialled ahead: %v", err)
+	}
+	c.Close()
+	if n := real.accepted.Load(); n != 2 {
+		t.Fatalf("real accepted %d connections; want 2 (the one dialled ahead was used)", n)
+	}
+	// ...but one to an address no allowed name resolved to is not.
+	c, err = tp.dial(other.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.waitAccepted(1, 300*time.Millisecond) {
+		t.Error("the proxy dialled ahead an address no allowed name resolved to")
+	}
+	c.Close()
+	// A name that is not allowed, sent to the allowed name's address: the
+	// connection dialled ahead carries nothing and the client is reset.
+	err = request(real.addr, "evil.test")
+	mustBeReset(t, "a name not allowed at an allowed name's address", err)
+	// A name that resolved to the same address but is not allowed opens
+	// nothing ahead either once the policy names another host.
+	if err := request(real.addr, "api.example.test"); err != nil {
+		t.Fatalf("allowed name: %v", err)
+	}
+	tp.register(mustCompile(t, Config{AllowOut: []string{"cdn.other.test"}}, false))
+	_ = request(other.addr, "cdn.other.test") // resolves cdn.other.test: the cache now knows both names at real's address
+	tp.register(mustCompile(t, Config{AllowOut: []string{"www.example.test"}}, false))
+	before := real.accepted.Load()
+	c, err = tp.dial(real.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real.waitAccepted(before+1, 300*time.Millisecond) {
+		t.Error("the proxy dialled ahead an address whose names the policy does not allow")
+	}
+	c.Close()
+	for i, h := range real.hosts() {
+		if strings.Contains(h, "evil.test") {
+			t.Errorf("connection %d to the allowed name's address carried %q", i, h)
+		}
+	}
+	if h := other.hosts(); len(h) != 0 {
+		t.Errorf("the address no allowed name resolved to got connections: %q", h)
+	}
+}
+
 func TestProxyAddressRulesAndServerFirst(t *testing.T) {
 	banner := listenOn(t, "127.0.0.2", 0)
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,10 +28,14 @@ type dialer struct {
 // opens many connections to one host costs one lookup, not one each.
 // The answers are the node's resolvers' (the ones the sandbox itself
 // asked a moment before), and refused addresses are dropped after the
-// cache, so a stale entry never opens what the node refuses.
+// cache, so a stale entry never opens what the node refuses. It also
+// answers the reverse question, which names an address belongs to, so
+// that the proxy can dial an allowed name's address before it has read
+// the name (see conn.serve).
 type nameCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedName
+	byAddr  map[netip.Addr][]string // names whose entry held the address when put; checked against entries on use
 }
 
 type cachedName struct {
@@ -41,6 +46,7 @@ type cachedName struct {
 const (
 	nameTTL        = 5 * time.Second
 	maxCachedNames = 4096
+	maxNamesByAddr = 16 // names kept per address (a CDN's address serves many)
 )
 
 func (c *nameCache) get(host string, now time.Time) ([]netip.Addr, bool) {
@@ -56,10 +62,36 @@ func (c *nameCache) get(host string, now time.Time) ([]netip.Addr, bool) {
 func (c *nameCache) put(host string, addrs []netip.Addr, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries == nil || len(c.entries) >= maxCachedNames {
+	if c.entries == nil || len(c.entries) >= maxCachedNames || len(c.byAddr) >= maxCachedNames {
 		c.entries = map[string]cachedName{}
+		c.byAddr = map[netip.Addr][]string{}
 	}
 	c.entries[host] = cachedName{addrs: addrs, until: now.Add(nameTTL)}
+	for _, a := range addrs {
+		a = a.Unmap()
+		names := c.byAddr[a]
+		if slices.Contains(names, host) {
+			continue
+		}
+		if len(names) >= maxNamesByAddr {
+			names = names[1:]
+		}
+		c.byAddr[a] = append(names, host)
+	}
+}
+
+// named reports whether a name that match accepts resolved to addr (and
+// still does, as far as the cache knows).
+func (c *nameCache) named(addr netip.Addr, match func(host string) bool, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, host := range c.byAddr[addr] {
+		e, ok := c.entries[host]
+		if ok && !now.After(e.until) && slices.Contains(e.addrs, addr) && match(host) {
+			return true
+		}
+	}
+	return false
 }
 
 // errRefused: the node never lets sandboxes reach that address.

@@ -35,6 +35,7 @@ type Manager struct {
 	flushMu sync.Mutex // one conntrack flush at a time
 
 	blocked []addrRange // BlockedRanges less Config.AllowPrivate
+	local   localAnswers
 
 	polMu    sync.Mutex   // serialises policy transactions
 	policies map[int]bool // slots with a policy; the value: proxied
@@ -90,6 +91,10 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.warnLocalResolvers()
+	if err := m.local.start(); err != nil {
+		// Refused then asks the kernel every time.
+		slog.Warn("network: no route subscription: every address check goes to the kernel", "err", err)
+	}
 	if cfg.PoolSize > 0 {
 		m.active.Add(1)
 		go m.fill()
@@ -184,6 +189,7 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	close(m.stop)
+	m.local.close()
 	m.active.Wait() // no build is in flight after this
 	var errs []error
 	for drained := false; !drained; {

@@ -377,14 +377,21 @@ func (m *Manager) Refused(a netip.Addr) bool {
 	return m.isLocal(a)
 }
 
-// isLocal reports whether a is one of the host's addresses, asked of the
-// kernel each time: addresses come and go.
+// isLocal reports whether a is one of the host's addresses, as the
+// kernel routes it: addresses come and go, so the kernel's answer is kept
+// only until the host's routes next change (localAnswers).
 func (m *Manager) isLocal(a netip.Addr) bool {
+	local, ok, gen := m.local.get(a)
+	if ok {
+		return local
+	}
 	routes, err := m.nl.RouteGetWithOptions(a.AsSlice(), &netlink.RouteGetOptions{})
 	if err != nil || len(routes) == 0 {
-		return true // fail closed
+		return true // fail closed, and not kept
 	}
-	return routes[0].Type == unix.RTN_LOCAL || routes[0].Type == unix.RTN_BROADCAST || routes[0].Type == unix.RTN_MULTICAST
+	local = routes[0].Type == unix.RTN_LOCAL || routes[0].Type == unix.RTN_BROADCAST || routes[0].Type == unix.RTN_MULTICAST
+	m.local.put(a, local, gen)
+	return local
 }
 
 // CutFlows deletes the conntrack flows slot s opened whose destination

@@ -70,13 +70,19 @@ async function run(sbx, url, mode, n) {
   return JSON.parse(r.stdout)
 }
 
-// The cases run interleaved, ROUNDS rounds of a slice each, so that the
-// drift of a shared 2-core box over the minutes of a run falls on every
-// case alike; each policy's cost is then its p50 minus its baseline's.
+// Each case has a sandbox of its own that runs with and without the
+// case's policy in turn (PUT /sandboxes/{id}/network between slices): a
+// policy's cost is the p50 with it minus the p50 without it in the same
+// sandbox, so that what two sandboxes differ by anyway (their slots, the
+// scheduling of their runsc) does not count as the policy's. Slices
+// alternate which state goes first, and the cases run interleaved, ROUNDS
+// rounds of a slice each, so that the drift of a shared 2-core box over
+// the minutes of a run falls on every case and state alike.
 const ROUNDS = 10
+const THROUGHPUT_ROUNDS = 12
 
-async function prepare(create) {
-  const sbx = await Sandbox.create({ ...conn, ...create })
+async function prepare() {
+  const sbx = await Sandbox.create({ ...conn })
   await sbx.files.write('/tmp/probe.py', probe)
   await sbx.files.write('/tmp/test-ca.pem', ca)
   return sbx
@@ -90,27 +96,47 @@ function p50(xs) {
 async function benchAll(cases) {
   const sbxs = []
   try {
-    for (const c of cases) sbxs.push(await prepare(c.create))
+    for (const _ of cases) sbxs.push(await prepare())
+    // state 0: no policy, 1: the case's.
+    const set = (i, on) => sbxs[i].updateNetwork(on ? cases[i].network : {})
+    const ttfb = cases.map(() => [[], []])
+    const mbps = cases.map(() => [[], []])
     // Warm up: the proxy's name checks, python's imports.
-    for (const [i, c] of cases.entries()) await run(sbxs[i], c.url, 'ttfb', 20)
-    const ttfb = cases.map(() => [])
-    const mbps = cases.map(() => [])
+    for (const [i, c] of cases.entries()) {
+      for (const on of [1, 0]) {
+        await set(i, on)
+        await run(sbxs[i], c.url, 'ttfb', 20)
+      }
+    }
     for (let r = 0; r < ROUNDS; r++) {
-      for (const [i, c] of cases.entries()) ttfb[i].push(...await run(sbxs[i], c.url, 'ttfb', CONNECTIONS / ROUNDS))
+      for (const [i, c] of cases.entries()) {
+        for (const on of r % 2 ? [0, 1] : [1, 0]) {
+          await set(i, on)
+          ttfb[i][on].push(...await run(sbxs[i], c.url, 'ttfb', CONNECTIONS / ROUNDS))
+        }
+      }
     }
-    for (let r = 0; r < 3; r++) {
-      for (const [i, c] of cases.entries()) mbps[i].push(...await run(sbxs[i], c.url, 'mbps', 1))
+    for (let r = 0; r < THROUGHPUT_ROUNDS; r++) {
+      for (const [i, c] of cases.entries()) {
+        for (const on of r % 2 ? [0, 1] : [1, 0]) {
+          await set(i, on)
+          mbps[i][on].push(...await run(sbxs[i], c.url, 'mbps', 1))
+        }
+      }
     }
     for (const [i, c] of cases.entries()) {
-      table.latency(`connection + first byte, ${c.label}`, ttfb[i].sort((a, b) => a - b))
-      table.throughput(`download ${DOWNLOAD_MB} MiB, ${c.label}`, mbps[i])
+      for (const on of [0, 1]) {
+        const label = on ? c.label : `${c.label}: the same sandbox without it`
+        table.latency(`connection + first byte, ${label}`, ttfb[i][on].sort((a, b) => a - b))
+        table.throughput(`download ${DOWNLOAD_MB} MiB, ${label}`, mbps[i][on])
+      }
     }
-    console.log('\nadded to a connection (p50 minus the p50 without a policy) and throughput against it:')
+    console.log('\nadded to a connection (p50 with the policy minus p50 without it, same sandbox) and throughput with it against without it')
+    console.log('(the median of the rounds\' ratios: each round downloads with and without the policy one right after the other):')
     for (const [i, c] of cases.entries()) {
-      if (c.base === undefined) continue
-      const added = p50(ttfb[i]) - p50(ttfb[c.base])
-      const ratio = p50(mbps[i]) / p50(mbps[c.base])
-      console.log(`  ${c.label.padEnd(38)} ${added >= 0 ? '+' : ''}${added.toFixed(2)} ms, ${(ratio * 100).toFixed(0)} %`)
+      const added = p50(ttfb[i][1]) - p50(ttfb[i][0])
+      const ratio = p50(mbps[i][1].map((v, r) => v / mbps[i][0][r]))
+      console.log(`  ${c.label.padEnd(40)} ${added >= 0 ? '+' : ''}${added.toFixed(2)} ms, ${(ratio * 100).toFixed(0)} %`)
     }
   } finally {
     for (const sbx of sbxs) await sbx.kill().catch(() => {})
@@ -122,15 +148,16 @@ try {
   const cidrs = Array.from({ length: 1000 }, (_, i) => `203.0.${i >> 8}.${i & 255}/32`)
   const domain = 'api.example.test'
   const rule = { [domain]: [{ transform: { headers: { Authorization: `Bearer ${Secret.fill(secretName)}` } } }] }
-  // base: the index of the case without a policy a case is compared with.
+  const domainOnly = { allowOut: [domain], denyOut: ['0.0.0.0/0'] }
   const cases = [
-    { label: 'no policy (HTTP)', create: {}, url: `http://${domain}/` },
-    { label: 'address policy, 1001 ranges (HTTP)', create: { network: { allowOut: [hosts.Web1], denyOut: ['0.0.0.0/0', ...cidrs] } }, url: `http://${domain}/`, base: 0 },
-    { label: 'domain policy, proxied (HTTP)', create: { network: { allowOut: [domain], denyOut: ['0.0.0.0/0'] } }, url: `http://${domain}/`, base: 0 },
-    { label: 'header rule (HTTP)', create: { network: { allowOut: [domain], denyOut: ['0.0.0.0/0'], rules: rule } }, url: `http://${domain}/`, base: 0 },
-    { label: 'no policy (HTTPS)', create: {}, url: `https://${domain}/` },
-    { label: 'domain policy, proxied (HTTPS, SNI)', create: { network: { allowOut: [domain], denyOut: ['0.0.0.0/0'] } }, url: `https://${domain}/`, base: 4 },
-    { label: 'header rule (HTTPS, intercepted)', create: { network: { allowOut: [domain], denyOut: ['0.0.0.0/0'], rules: rule } }, url: `https://${domain}/`, base: 4 },
+    // A policy that changes nothing: what the figures below differ by
+    // when nothing differs.
+    { label: 'an empty policy (control, HTTP)', network: {}, url: `http://${domain}/` },
+    { label: 'address policy, 1001 ranges (HTTP)', network: { allowOut: [hosts.Web1], denyOut: ['0.0.0.0/0', ...cidrs] }, url: `http://${domain}/` },
+    { label: 'domain policy, proxied (HTTP)', network: domainOnly, url: `http://${domain}/` },
+    { label: 'header rule (HTTP)', network: { ...domainOnly, rules: rule }, url: `http://${domain}/` },
+    { label: 'domain policy, proxied (HTTPS, SNI)', network: domainOnly, url: `https://${domain}/` },
+    { label: 'header rule (HTTPS, intercepted)', network: { ...domainOnly, rules: rule }, url: `https://${domain}/` },
   ]
   await benchAll(cases)
   table.print()
