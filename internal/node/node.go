@@ -165,6 +165,9 @@ type CreateRequest struct {
 	// mount points are made in the root filesystem as directories, never
 	// through a link there.
 	Mounts []runtime.Mount
+	// Background starts the sandbox with a low CPU weight until
+	// Foreground (runtime.Spec.Background): a warm pool's sandbox.
+	Background bool
 }
 
 // Instance is a running sandbox's resources on this node: its slot, root
@@ -282,7 +285,14 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 		CPUCount:    req.CPUCount,
 		MemoryMB:    req.MemoryMB,
 		Mounts:      req.Mounts,
+		Background:  req.Background,
 	}, nil
+}
+
+// Foreground gives a sandbox created with CreateRequest.Background the CPU
+// weight of every other sandbox.
+func (n *Node) Foreground(inst *Instance) error {
+	return n.cfg.Runtime.Foreground(inst.ID)
 }
 
 // writeRootFiles writes what the node puts into a sandbox's root

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -130,6 +131,33 @@ func (b *base) list(ctx context.Context) ([]Container, error) {
 		cs = append(cs, Container{ID: st.ID, State: State(st.Status), Pid: st.Pid})
 	}
 	return cs, nil
+}
+
+// Foreground implements Runtime.
+func (b *base) Foreground(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("runtime: invalid sandbox id %q", id)
+	}
+	dir, v2, ok := b.cgroups.dir("cpu", b.cgroupPath(id))
+	if !ok {
+		return nil // no CPU controller, so no weights either
+	}
+	file, value := "cpu.shares", defaultShares
+	if v2 {
+		file, value = "cpu.weight", defaultWeight
+	}
+	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY, 0)
+	if v2 && errors.Is(err, fs.ErrNotExist) {
+		return nil // the cpu controller is not enabled there: no weights
+	}
+	if err == nil {
+		_, err = f.WriteString(strconv.Itoa(value))
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: the CPU weight of %s: %w", id, err)
+	}
+	return nil
 }
 
 func (b *base) stats(id string) (Stats, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,56 @@ func TestRunscUsesPrecompiledSeccomp(t *testing.T) {
 				t.Log(l)
 			}
 		}
+	}
+}
+
+// A background sandbox starts with a CPU weight below the default and
+// gets the default from Foreground.
+func TestBackgroundCPUWeight(t *testing.T) {
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt := newTestRuntime(t, name)
+			sb := newSpec(t, fmt.Sprintf("bg-%s-%d", name, os.Getpid()))
+			sb.spec.Background = true
+			t.Cleanup(func() { rt.Delete(context.Background(), sb.spec.ID) })
+			if err := rt.Start(context.Background(), sb.spec); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			var b *base
+			switch r := rt.(type) {
+			case *Runsc:
+				b = r.base
+			case *Runc:
+				b = r.base
+			}
+			dir, v2, ok := b.cgroups.dir("cpu", b.cgroupPath(sb.spec.ID))
+			if !ok {
+				t.Skip("this host has no cpu cgroup controller")
+			}
+			file, def := filepath.Join(dir, "cpu.shares"), defaultShares
+			if v2 {
+				file, def = filepath.Join(dir, "cpu.weight"), defaultWeight
+			}
+			weight := func() int {
+				data, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if w := weight(); w >= def {
+				t.Errorf("a background sandbox's %s is %d; want less than the default %d", filepath.Base(file), w, def)
+			}
+			if err := rt.Foreground(sb.spec.ID); err != nil {
+				t.Fatalf("Foreground: %v", err)
+			}
+			if w := weight(); w != def {
+				t.Errorf("after Foreground, %s is %d; want the default %d", filepath.Base(file), w, def)
+			}
+		})
 	}
 }

@@ -230,6 +230,18 @@ func sandboxSeccomp() (*specs.LinuxSeccomp, error) {
 // cpuPeriod is the CFS period; the quota is cpuCount periods.
 const cpuPeriod = 100000
 
+// A background sandbox's CPU weight is an eighth of the kernel's default
+// (cgroup v1 cpu.shares; runsc turns it into cgroup v2's cpu.weight):
+// low enough that a warm pool's refill (a runsc start, ~100 ms of CPU)
+// does not slow the commands of the sandbox just handed out, high enough
+// that it still starts in seconds on a node whose CPUs are all busy.
+// Foreground sets the defaults back.
+const (
+	backgroundShares = 128
+	defaultShares    = 1024 // cgroup v1 cpu.shares
+	defaultWeight    = 100  // cgroup v2 cpu.weight
+)
+
 func buildResources(s *Spec, o ociOptions) *specs.LinuxResources {
 	r := &specs.LinuxResources{
 		// Deny every device; the runtimes add the standard safe set
@@ -240,6 +252,13 @@ func buildResources(s *Spec, o ociOptions) *specs.LinuxResources {
 		period := uint64(cpuPeriod)
 		quota := int64(s.CPUCount) * cpuPeriod
 		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if s.Background {
+		shares := uint64(backgroundShares)
+		if r.CPU == nil {
+			r.CPU = &specs.LinuxCPU{}
+		}
+		r.CPU.Shares = &shares
 	}
 	if s.MemoryMB > 0 {
 		limit := int64(s.MemoryMB) << 20

@@ -113,6 +113,10 @@ type Runtime interface {
 	// State reports the sandbox's state.
 	State(ctx context.Context, id string) (State, error)
 
+	// Foreground gives a sandbox started with Spec.Background the CPU
+	// weight of every other sandbox.
+	Foreground(id string) error
+
 	// Stats reads the sandbox's resource usage from its cgroup.
 	Stats(ctx context.Context, id string) (Stats, error)
 

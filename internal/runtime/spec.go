@@ -49,6 +49,10 @@ type Spec struct {
 	MemoryMB int
 	// PidsLimit limits tasks; 0: Config.PidsLimit; negative: no limit.
 	PidsLimit int64
+	// Background starts the sandbox with a low CPU weight, so that it
+	// yields the CPU to the sandboxes in use: a warm pool's sandbox,
+	// started ahead of a create, until Runtime.Foreground.
+	Background bool
 }
 
 // Mount is a bind mount from the host into the sandbox.

@@ -236,6 +236,11 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		m.forget(context.WithoutCancel(ctx), rec.ID)
 		return store.Sandbox{}, err
 	}
+	if warmed {
+		if err := m.cfg.Node.Foreground(inst); err != nil {
+			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
+		}
+	}
 	if inst == nil {
 		nreq, err := m.nodeRequest(ctx, rec)
 		if err != nil {

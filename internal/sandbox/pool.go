@@ -302,6 +302,9 @@ func (p *pool) start(ctx context.Context, tmpl *image.Template, r Resources) (*w
 	inst, err := m.cfg.Node.Create(ctx, node.CreateRequest{
 		ID: NewID(), Layers: layers, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB, DiskSizeMB: r.DiskSizeMB,
 		AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
+		// It yields the CPU to the sandboxes in use (among them, the one
+		// whose claim made this refill) until a create claims it.
+		Background: true,
 	})
 	if err != nil {
 		return nil, err
