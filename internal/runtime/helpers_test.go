@@ -348,6 +348,17 @@ func newSpec(t testing.TB, id string) testSandbox {
 	}
 }
 
+// baseOf returns the part of a backend both share (paths, cgroups).
+func baseOf(rt Runtime) *base {
+	switch r := rt.(type) {
+	case *Runc:
+		return r.base
+	case *Runsc:
+		return r.base
+	}
+	panic(fmt.Sprintf("baseOf: %T is no backend", rt))
+}
+
 // assertGone checks that nothing of sandbox id is left: runtime state,
 // sandbox directory, cgroups, processes.
 func assertGone(t testing.TB, rt Runtime, id string, pid int) {
@@ -356,13 +367,7 @@ func assertGone(t testing.TB, rt Runtime, id string, pid int) {
 	if _, err := rt.State(ctx, id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("State after Delete: %v, want ErrNotFound", err)
 	}
-	var b *base
-	switch r := rt.(type) {
-	case *Runc:
-		b = r.base
-	case *Runsc:
-		b = r.base
-	}
+	b := baseOf(rt)
 	if left := cgroupLeftovers(b.cgroups, b.cgroupPath(id)); len(left) > 0 {
 		t.Errorf("cgroups left after Delete: %v", left)
 	}

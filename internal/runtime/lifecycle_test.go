@@ -278,13 +278,7 @@ func TestBackgroundCPUWeight(t *testing.T) {
 			if err := rt.Start(context.Background(), sb.spec); err != nil {
 				t.Fatalf("Start: %v", err)
 			}
-			var b *base
-			switch r := rt.(type) {
-			case *Runsc:
-				b = r.base
-			case *Runc:
-				b = r.base
-			}
+			b := baseOf(rt)
 			dir, v2, ok := b.cgroups.dir("cpu", b.cgroupPath(sb.spec.ID))
 			if !ok {
 				t.Skip("this host has no cpu cgroup controller")
