@@ -267,10 +267,6 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		}
 	}
 	l := m.newLive(rec, inst)
-	if err := initEnvd(ctx, inst, l.transport, token, rec, m.withTrust(tmpl.Envs)); err != nil {
-		return fail(err)
-	}
-	tr.Mark("envd-init")
 	started := time.Now()
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
 		s.State = store.StateRunning
@@ -283,15 +279,50 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: recording %s: %w", rec.ID, err))
 	}
+	tr.Mark("store-update")
+	// envd's /init (its identity, environment and final token) is the
+	// create's one round trip into the sandbox, a few milliseconds; it
+	// runs while the answer goes back to the client. Until it is done the
+	// proxy holds the sandbox's traffic (Resolve) and every lifecycle
+	// operation waits for l.mu, which the init holds; a failed init
+	// removes the sandbox, so that nothing ever reaches an envd that
+	// lacks its environment or token.
+	initCtx, cancelInit := context.WithTimeout(context.WithoutCancel(ctx), initTimeout)
+	l.initDone, l.cancelInit = make(chan struct{}), cancelInit
+	l.mu.Lock()
 	m.mu.Lock()
 	m.live[rec.ID] = l
 	m.starting.add(res, -1)
+	tracked := !m.closed // Close waits for it
+	if tracked {
+		m.wg.Add(1)
+	}
 	m.mu.Unlock()
 	reserved = false // the team count now belongs to the live sandbox
-	tr.Mark("store-update")
-	if tr != nil {
-		m.log.DebugContext(ctx, "sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
-	}
+	envs := m.withTrust(tmpl.Envs)
+	go func() {
+		if tracked {
+			defer m.wg.Done()
+		}
+		defer close(l.initDone)
+		defer l.mu.Unlock()
+		defer cancelInit()
+		err := m.initCreated(initCtx, inst, l.transport, token, rec, envs)
+		tr.Mark("envd-init")
+		if err != nil {
+			if initCtx.Err() == context.Canceled {
+				return // a kill came first and removes it
+			}
+			m.log.Error("sandbox removed: its envd could not be initialised", "sandbox", rec.ID, "err", err)
+			if kerr := m.killLocked(context.Background(), l); kerr != nil {
+				m.log.Error("removing a sandbox whose envd could not be initialised", "sandbox", rec.ID, "err", kerr)
+			}
+			return
+		}
+		if tr != nil {
+			m.log.DebugContext(initCtx, "sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
+		}
+	}()
 	return rec, nil
 }
 

@@ -49,6 +49,9 @@ func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
 }
 
 func (m *Manager) kill(ctx context.Context, l *live) error {
+	if l.cancelInit != nil {
+		l.cancelInit() // an /init still under way holds l.mu
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return m.killLocked(ctx, l)
@@ -407,8 +410,17 @@ func (m *Manager) flush(p node.Paused) {
 // checked the request's token, and resolves it again.
 func (m *Manager) Resolve(ctx context.Context, id string) (proxy.Target, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	l := m.live[id]
+	m.mu.Unlock()
+	if l != nil {
+		// A sandbox just created answers once its envd is initialised.
+		if err := l.initialised(ctx); err != nil {
+			return proxy.Target{}, err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l = m.live[id]
 	if l == nil || (l.paused && !l.autoResume) {
 		return proxy.Target{}, proxy.ErrNotFound
 	}

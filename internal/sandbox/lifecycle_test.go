@@ -44,6 +44,10 @@ func run(t *testing.T, m *Manager, rec store.Sandbox, script string) string {
 	c := processconnect.NewProcessClient(&http.Client{Transport: l.transport}, inst.EnvdURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Straight to envd, as the proxy does: once its /init is done.
+	if err := l.initialised(ctx); err != nil {
+		t.Fatal(err)
+	}
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
 	req.Header().Set("X-Access-Token", rec.EnvdAccessToken)
 	stream, err := c.Start(ctx, req)

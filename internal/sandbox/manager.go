@@ -230,6 +230,9 @@ type Manager struct {
 	// warmTransport carries warm-up requests; no connection is kept, so
 	// none outlives a warm sandbox that is discarded.
 	warmTransport *http.Transport
+	// initCreated is initEnvd, for a created sandbox (tests slow it or
+	// make it fail).
+	initCreated func(ctx context.Context, inst *node.Instance, rt http.RoundTripper, token string, rec store.Sandbox, templateEnvs map[string]string) error
 }
 
 // live is a sandbox of this node, running or paused, with what serving it
@@ -263,6 +266,27 @@ type live struct {
 	// pauseRetry is when the reaper may try again to pause it after an
 	// autoPause failed (guarded by Manager.mu).
 	pauseRetry time.Time
+	// A created sandbox's envd /init runs after the create has answered
+	// (see createFrom): initDone is closed when it has ended, and
+	// cancelInit ends it early for a kill. Both are nil for a sandbox
+	// that was ready when it became live (adopted, resumed); set before
+	// it is, never changed.
+	initDone   chan struct{}
+	cancelInit context.CancelFunc
+}
+
+// initialised waits until the sandbox's envd has been initialised, or
+// the attempt has ended in its removal.
+func (l *live) initialised(ctx context.Context) error {
+	if l.initDone == nil {
+		return nil
+	}
+	select {
+	case <-l.initDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // instance is the sandbox's node instance, nil while it is paused.
@@ -338,6 +362,7 @@ func New(cfg Config) (*Manager, error) {
 		tuning:        defaultPoolTuning,
 		stop:          make(chan struct{}),
 		warmTransport: &http.Transport{DisableKeepAlives: true},
+		initCreated:   initEnvd,
 	}, nil
 }
 
@@ -584,10 +609,13 @@ func syncClock(ctx context.Context, inst *node.Instance, rt http.RoundTripper, r
 	return postInit(ctx, inst, rt, rec.EnvdAccessToken, rec.ID, map[string]any{"timestamp": time.Now().UTC()})
 }
 
+// initTimeout bounds envd's /init: it answers in milliseconds.
+const initTimeout = 10 * time.Second
+
 // postInit sends envd's POST /init.
 func postInit(ctx context.Context, inst *node.Instance, rt http.RoundTripper, token, id string, body map[string]any) error {
 	data, _ := json.Marshal(body)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.EnvdURL()+"/init", bytes.NewReader(data))
 	if err != nil {

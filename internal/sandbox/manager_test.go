@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
@@ -206,6 +207,10 @@ func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Straight to envd, as the proxy does: once its /init is done.
+	if err := l.initialised(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	req, _ := http.NewRequest("GET", l.inst.EnvdURL()+"/envs", nil)
 	req.Header.Set("X-Access-Token", rec.EnvdAccessToken)
 	res, err := l.transport.RoundTrip(req)
@@ -251,6 +256,127 @@ func TestWarmPoolClaimPushesIdentityEnvsAndToken(t *testing.T) {
 	got, err := e.store.GetSandbox(context.Background(), rec.ID)
 	if err != nil || got.State != store.StateRunning || got.Slot == "" {
 		t.Errorf("record %+v, %v", got, err)
+	}
+}
+
+// heldInit makes a manager's /init of created sandboxes wait for release
+// (or its context) before it goes on, and then return fail if set.
+type heldInit struct {
+	release chan struct{}
+	started chan string // the sandbox whose /init began
+	ended   chan error  // its context's error when it ended
+	fail    error
+}
+
+func holdInit(m *Manager) *heldInit {
+	h := &heldInit{release: make(chan struct{}), started: make(chan string, 10), ended: make(chan error, 10)}
+	real := m.initCreated
+	m.initCreated = func(ctx context.Context, inst *node.Instance, rt http.RoundTripper, token string, rec store.Sandbox, envs map[string]string) error {
+		h.started <- rec.ID
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			h.ended <- ctx.Err()
+			return ctx.Err()
+		}
+		h.ended <- nil
+		if h.fail != nil {
+			return h.fail
+		}
+		return real(ctx, inst, rt, token, rec, envs)
+	}
+	return h
+}
+
+// A create answers before envd's /init is done (it runs meanwhile); the
+// proxy's Resolve holds the sandbox's traffic until it is, and then envd
+// has the sandbox's token and identity.
+func TestCreateAnswersWhileEnvdInitsAndTrafficWaits(t *testing.T) {
+	e := start(t, newStore(t), Config{PoolSize: 1})
+	defer e.destroy()
+	e.waitWarm(1)
+	h := holdInit(e.mgr)
+	rec, err := e.create(CreateRequest{EnvVars: map[string]string{"FOO": "bar"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := <-h.started; id != rec.ID {
+		t.Fatalf("init of %s, created %s", id, rec.ID)
+	}
+	resolved := make(chan error, 1)
+	go func() {
+		_, err := e.mgr.Resolve(context.Background(), rec.ID)
+		resolved <- err
+	}()
+	select {
+	case err := <-resolved:
+		t.Fatalf("Resolve answered (%v) before envd was initialised", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// A client that gives up waiting gets its context's error.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.mgr.Resolve(ctx, rec.ID); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Resolve with a context that ends during the init: %v", err)
+	}
+	close(h.release)
+	if err := <-resolved; err != nil {
+		t.Fatalf("Resolve after the init: %v", err)
+	}
+	status, body := envdEnv(t, e.mgr, rec)
+	if status != 200 || !strings.Contains(body, `"FOO":"bar"`) || !strings.Contains(body, `"E2B_SANDBOX_ID":"`+rec.ID+`"`) {
+		t.Errorf("envd /envs with the sandbox's token right after Resolve: %d %s", status, body)
+	}
+}
+
+// A sandbox whose envd cannot be initialised is removed, record and all;
+// its traffic finds no sandbox.
+func TestFailedEnvdInitRemovesTheSandbox(t *testing.T) {
+	e := start(t, newStore(t), Config{})
+	defer e.destroy()
+	h := holdInit(e.mgr)
+	h.fail = errors.New("envd said no")
+	close(h.release)
+	rec, err := e.create(CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mgr.Resolve(context.Background(), rec.ID); !errors.Is(err, proxy.ErrNotFound) {
+		t.Errorf("Resolve of a sandbox whose init failed: %v", err)
+	}
+	if _, err := e.store.GetSandbox(context.Background(), rec.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("its record: %v", err)
+	}
+	if st, err := e.mgr.cfg.Node.State(context.Background(), rec.ID); err == nil {
+		t.Errorf("its container is still there: %v", st)
+	}
+	if live, _ := e.mgr.Count(); live != 0 {
+		t.Errorf("%d live sandboxes", live)
+	}
+}
+
+// A kill during envd's /init ends the init at once and removes the
+// sandbox.
+func TestKillDuringEnvdInit(t *testing.T) {
+	e := start(t, newStore(t), Config{})
+	defer e.destroy()
+	h := holdInit(e.mgr)
+	rec, err := e.create(CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.started
+	if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-h.ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("the init ended with %v, not cancelled by the kill", err)
+	}
+	if got, err := e.store.GetSandbox(context.Background(), rec.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("its record: %+v %v", got, err)
+	}
+	if _, err := e.mgr.cfg.Node.State(context.Background(), rec.ID); err == nil {
+		t.Error("its container is still there")
 	}
 }
 
