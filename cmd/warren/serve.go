@@ -95,7 +95,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")
 	fs.IntVar(&f.PoolSize, "pool-size", 2, "warm sandboxes always kept ready for the base template, the floor of its adaptive pool; 0: no warm pools at all")
-	fs.IntVar(&f.PoolMaxMemoryMB, "pool-max-memory-mb", 0, "memory (sandboxes' limits) the warm pools may hold above their floors, grown with the create rate (default: a quarter of the node's memory)")
+	fs.IntVar(&f.PoolMaxMemoryMB, "pool-max-memory-mb", 0, "memory the warm pools' idle sandboxes may hold above their floors, each counted at what a started one was measured to hold; the pools grow with the create rate and batches (default: a quarter of the node's memory)")
 	fs.StringVar(&f.RegistryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.BuildConcurrency, "build-concurrency", 2, "template builds that run at once; more wait")
 	fs.Float64Var(&f.MemoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "sandboxes' memory (live, starting and warm) may add up to the node's memory times this (over: 503)")

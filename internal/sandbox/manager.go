@@ -44,8 +44,8 @@
 // sandboxes started ahead of demand, with a private envd token and no
 // store record, once it is created from; the templates in
 // Config.PoolTemplates have one from the start, never smaller than
-// PoolSize. A pool is sized from its template's recent create rate,
-// bounded by a memory budget (PoolMaxMemoryMB, shared fairly between the
+// PoolSize. A pool is sized from its template's recent create rate and
+// its largest recent batch of creates, bounded by a memory budget (PoolMaxMemoryMB, shared fairly between the
 // pools that want more of it than it holds) and the node's capacity,
 // refilled by parallel starts, shrunk when the demand goes, and removed
 // when unused or when their template is deleted (sizing.go,
@@ -140,9 +140,10 @@ type Config struct {
 	// in PoolTemplates, whatever the demand; 0 disables warm pools (of
 	// every template).
 	PoolSize int
-	// PoolMaxMemoryMB bounds the memory (nominal, the sandboxes' limits)
-	// the warm sandboxes of all pools hold above their PoolSize floors.
-	// Default a quarter of NodeMemoryMB.
+	// PoolMaxMemoryMB bounds the memory the warm sandboxes of all pools
+	// hold above their PoolSize floors, each counted at what its pool's
+	// warm sandboxes were measured to hold once started (their limit
+	// until then). Default a quarter of NodeMemoryMB.
 	PoolMaxMemoryMB int
 	// PoolTemplates are the templates that get a warm pool. Default
 	// ["base"].

@@ -29,6 +29,7 @@ type pool struct {
 	target     int
 	demand     demand
 	starts     startTime
+	held       footprint // what its warm sandboxes hold once started
 	lastUse    time.Time // the last create of the template
 	lastShrink time.Time
 	retryAt    time.Time // after a failed start
@@ -46,7 +47,7 @@ type warm struct {
 // newPoolLocked adds a pool for a template and starts its filler. The
 // caller holds m.mu.
 func (m *Manager) newPoolLocked(templateID string, floor int, res Resources) *pool {
-	capacity := max(floor, poolCeiling(m.cfg.PoolMaxMemoryMB, res.MemoryMB, m.cfg.MaxSandboxes))
+	capacity := max(floor, m.cfg.MaxSandboxes)
 	p := &pool{
 		m: m, templateID: templateID, floor: floor, res: res,
 		ready: make(chan *warm, capacity), kick: make(chan struct{}, 1),
@@ -76,6 +77,9 @@ func (m *Manager) claimWarm(tmpl *image.Template, res Resources) *warm {
 	if p != nil {
 		p.demand.add(now)
 		p.lastUse = now
+		if p.res != res {
+			p.held = footprint{} // other limits, maybe another footprint
+		}
 		p.res, p.tmpl = res, tmpl // what its next starts are
 	}
 	m.mu.Unlock()
@@ -177,11 +181,12 @@ func (p *pool) plan(now time.Time) (surplus *warm, starts int, done bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	tn := m.tuning
-	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.res.MemoryMB, m.cfg.MaxSandboxes), m.fairCeilingLocked(p, now))
-	rate, start := p.demand.rate(now), p.starts.or(tn.defaultStart)
-	if target := poolTarget(rate, start, tn, p.floor, ceiling); target != p.target {
+	ceiling := min(cap(p.ready), poolCeiling(m.cfg.PoolMaxMemoryMB, p.heldMB(), m.cfg.MaxSandboxes), m.fairCeilingLocked(p, now))
+	rate, batch, start := p.demand.rate(now), p.demand.batchSize(now), p.starts.or(tn.defaultStart)
+	if target := poolTarget(rate, batch, start, tn, p.floor, ceiling); target != p.target {
 		m.log.Debug("warm pool resized", "template", p.templateID, "target", target, "was", p.target,
-			"rate", fmt.Sprintf("%.3f", rate), "start_ms", start.Milliseconds(), "ready", len(p.ready), "starting", p.building)
+			"rate", fmt.Sprintf("%.3f", rate), "batch", batch, "start_ms", start.Milliseconds(), "held_mb", p.heldMB(),
+			"ready", len(p.ready), "starting", p.building)
 		p.target = target
 	}
 	if p.floor == 0 && p.count() == 0 && p.target == 0 && now.Sub(p.lastUse) >= tn.idleAfter {
@@ -214,8 +219,8 @@ func (m *Manager) fairCeilingLocked(p *pool, now time.Time) int {
 		if q == p {
 			at = len(wants)
 		}
-		want := poolTarget(q.demand.rate(now), q.starts.or(m.tuning.defaultStart), m.tuning, q.floor, min(cap(q.ready), m.cfg.MaxSandboxes))
-		wants = append(wants, poolWant{floor: q.floor, want: want, memoryMB: q.res.MemoryMB})
+		want := poolTarget(q.demand.rate(now), q.demand.batchSize(now), q.starts.or(m.tuning.defaultStart), m.tuning, q.floor, min(cap(q.ready), m.cfg.MaxSandboxes))
+		wants = append(wants, poolWant{floor: q.floor, want: want, memoryMB: q.heldMB()})
 	}
 	if at < 0 { // a pool being removed
 		return p.floor
@@ -234,17 +239,23 @@ func (p *pool) mayStartLocked() bool {
 	if p.count() < p.floor {
 		return true
 	}
-	return m.pooledMemoryLocked()+p.res.MemoryMB <= m.cfg.PoolMaxMemoryMB
+	return m.pooledMemoryLocked()+p.heldMB() <= m.cfg.PoolMaxMemoryMB
 }
 
-// pooledMemoryLocked is the memory the pools' sandboxes hold nominally.
+// pooledMemoryLocked is the memory the pools' sandboxes hold, as their
+// pools measured it.
 func (m *Manager) pooledMemoryLocked() int {
 	mb := 0
 	for _, p := range m.pools {
-		mb += p.count() * p.res.MemoryMB
+		mb += p.count() * p.heldMB()
 	}
 	return mb
 }
+
+// heldMB is the memory one warm sandbox of the pool is counted at against
+// the budget: what they were measured to hold once started, their limit
+// until then. The caller holds m.mu.
+func (p *pool) heldMB() int { return p.held.or(p.res.MemoryMB) }
 
 // startOne starts one warm sandbox, counted in building by plan. Failures
 // hold the pool's starts back exponentially, up to 30 s.
@@ -257,11 +268,23 @@ func (p *pool) startOne(ctx context.Context) {
 	m.mu.Unlock()
 	began := time.Now()
 	w, err := p.start(ctx, tmpl, res)
+	took := time.Since(began)
+	var heldMB float64
+	if err == nil {
+		// What it holds of the node's memory while it waits (page cache
+		// it brought in counted too): what the budget counts it at.
+		if st, serr := m.cfg.Node.Stats(ctx, w.inst); serr == nil && st.MemoryBytes > 0 {
+			heldMB = float64(st.MemoryBytes) / (1 << 20)
+		}
+	}
 	m.mu.Lock()
 	p.building--
 	if err == nil {
-		p.starts.add(time.Since(began))
+		p.starts.add(took)
 		p.backoff = time.Second
+		if heldMB > 0 && w.res == p.res {
+			p.held.add(heldMB)
+		}
 	} else if ctx.Err() == nil {
 		m.log.Warn("starting a warm sandbox failed", "template", p.templateID, "err", err, "retry_in", p.backoff)
 		p.retryAt = time.Now().Add(p.backoff)

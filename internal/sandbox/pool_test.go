@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/runtime"
 )
 
 // testTuning is the sizing policy on a test's time scale: seconds, not
@@ -31,11 +32,28 @@ func (e *env) poolState(templateID string) (target, ready, building int, ok bool
 	return p.target, len(p.ready), p.building, true
 }
 
+// holding reports every sandbox as holding mb MiB, so that a pool's
+// budget is counted in whole sandboxes of that size.
+type holding struct {
+	runtime.Runtime
+	mb uint64
+}
+
+func (h holding) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	st, err := h.Runtime.Stats(ctx, id)
+	st.MemoryBytes = h.mb << 20
+	return st, err
+}
+
+func holdingMB(mb uint64) func(runtime.Runtime) runtime.Runtime {
+	return func(rt runtime.Runtime) runtime.Runtime { return holding{Runtime: rt, mb: mb} }
+}
+
 // A burst of creates grows the base pool above its floor (within the
 // memory budget), and once the creates stop it shrinks back to the floor.
 func TestWarmPoolGrowsWithBurstAndShrinksWhenIdle(t *testing.T) {
-	const budget = 5 // sandboxes of 256 MB
-	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: budget * 256}, envOptions{tuning: &testTuning})
+	const budget = 5 // sandboxes holding 256 MB
+	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: budget * 256}, envOptions{tuning: &testTuning, wrap: holdingMB(256)})
 	defer e.destroy()
 	e.waitWarm(1)
 
@@ -241,7 +259,7 @@ func TestForgetTemplateEmptiesItsPool(t *testing.T) {
 // One busy template cannot keep the whole pool budget: once another
 // template is as busy, each pool holds its share.
 func TestPoolsShareTheBudgetFairly(t *testing.T) {
-	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: 3 * 256}, envOptions{tuning: &testTuning})
+	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: 3 * 256}, envOptions{tuning: &testTuning, wrap: holdingMB(256)})
 	defer e.destroy()
 	e.waitWarm(1) // base's floor: 256 of the 768 MB, 512 left for the others
 	base, err := e.mgr.cfg.Images.Template(baseimage.TemplateID)
@@ -287,5 +305,59 @@ func TestPoolsShareTheBudgetFairly(t *testing.T) {
 	e.mgr.mu.Unlock()
 	if pooled > 3*256 {
 		t.Errorf("the pools hold %d MB, over the 768 MB budget", pooled)
+	}
+}
+
+// The budget counts a warm sandbox at what it holds once started, not its
+// limit: a budget of two sandboxes' limits holds many idle ones. And a
+// batch of creates keeps the pool at the batch's size after it.
+func TestPoolBudgetCountsWhatWarmSandboxesHoldAndBatchesStay(t *testing.T) {
+	tuning := testTuning
+	tuning.batchWindow = time.Second
+	tuning.slowWindow = 10 * time.Minute // the batch is remembered throughout
+	tuning.minRate = 100                 // the rate alone keeps nothing: what grows the pool is the batch
+	// The test's sandboxes are limited to 256 MB (startWith).
+	e := startWith(t, newStore(t), Config{PoolSize: 1, PoolMaxMemoryMB: 2 * 256}, envOptions{tuning: &tuning})
+	defer e.destroy()
+	e.waitWarm(1)
+	e.mgr.mu.Lock()
+	held := e.mgr.pools[baseimage.TemplateID].heldMB()
+	e.mgr.mu.Unlock()
+	if held <= 0 || held >= 256 {
+		t.Fatalf("a warm sandbox was measured at %d MB, want more than 0 and less than its 256 MB limit", held)
+	}
+	const batch = 5
+	if batch*held > 2*256 {
+		t.Fatalf("an idle sandbox holds %d MB: %d of them exceed the budget of two limits", held, batch)
+	}
+	// A batch of 5 creates at once.
+	var wg sync.WaitGroup
+	for range batch {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := e.create(CreateRequest{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var target, ready, building int
+	if !poll.Within(30*time.Second, 50*time.Millisecond, func() bool {
+		target, ready, building, _ = e.poolState(baseimage.TemplateID)
+		return ready == batch
+	}) {
+		t.Fatalf("after a batch of %d the pool is at target %d with %d ready, %d starting; want %d ready", batch, target, ready, building, batch)
+	}
+	e.mgr.mu.Lock()
+	pooled := e.mgr.pooledMemoryLocked()
+	e.mgr.mu.Unlock()
+	if pooled > 2*256 {
+		t.Errorf("the pool holds %d MB by its measure, over the budget of 512", pooled)
 	}
 }

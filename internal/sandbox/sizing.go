@@ -19,10 +19,19 @@ import (
 // been gone for a while. A rate below minRate counts as none: a template
 // used once in a while gets no warm sandbox kept for it.
 //
+// A rate forgets the shape of the demand: twenty creates at once every
+// ten seconds is 2/s, which keeps four warm, and sixteen of each batch
+// would boot cold. So the pool is also kept at least at its largest
+// recent batch (the most creates within batchWindow of the first),
+// which decays like the slow rate: a client that creates sandboxes in
+// batches finds the next batch warm.
+//
 // Bounds: the floor (--pool-size for the configured templates, 0 for the
 // others) is kept even without demand; the ceiling is what the pool
-// memory budget (--pool-max-memory-mb) holds of the template's sandboxes,
-// and --max-sandboxes. When several pools want more of the budget than it
+// memory budget (--pool-max-memory-mb) holds of the template's warm
+// sandboxes, each counted at the memory they were measured to hold once
+// started (an idle sandbox holds a few tens of MiB of its limit; its
+// limit until one was measured), and --max-sandboxes. When several pools want more of the budget than it
 // holds, each gets a fair share of it (fairCeilings): a pool above its
 // share shrinks, one below it may grow. Every warm start is admitted like a create, so the
 // node's capacity bounds the pools too (fitsLocked).
@@ -37,6 +46,7 @@ type poolTuning struct {
 	shrinkEvery            time.Duration // one surplus warm sandbox is removed per interval
 	idleAfter              time.Duration // a pool without floor, demand and sandboxes this long is removed
 	defaultStart           time.Duration // start time assumed before one was measured
+	batchWindow            time.Duration // creates this close to a batch's first are one batch
 }
 
 var defaultPoolTuning = poolTuning{
@@ -49,6 +59,7 @@ var defaultPoolTuning = poolTuning{
 	shrinkEvery:  5 * time.Second,
 	idleAfter:    10 * time.Minute,
 	defaultStart: 500 * time.Millisecond,
+	batchWindow:  time.Second,
 }
 
 // maxPools bounds the pools of templates not configured with a floor:
@@ -85,20 +96,74 @@ func (r *ewmaRate) rate(now time.Time) float64 {
 // demand is a template's recent creates.
 type demand struct {
 	fast, slow ewmaRate
+	// The batch under way (creates since batchStart, within the window)
+	// and the largest one, decaying with the slow rate's time constant
+	// from peakAt.
+	window, decay time.Duration
+	batchStart    time.Time
+	batch         int
+	peak          float64
+	peakAt        time.Time
 }
 
 func newDemand(t poolTuning) demand {
-	return demand{fast: ewmaRate{tau: t.fastWindow}, slow: ewmaRate{tau: t.slowWindow}}
+	return demand{fast: ewmaRate{tau: t.fastWindow}, slow: ewmaRate{tau: t.slowWindow}, window: t.batchWindow, decay: t.slowWindow}
 }
 
 func (d *demand) add(now time.Time) {
 	d.fast.add(now)
 	d.slow.add(now)
+	if now.Sub(d.batchStart) >= d.window {
+		d.batchStart, d.batch = now, 0
+	}
+	d.batch++
+	if float64(d.batch) > d.peakNow(now) {
+		d.peak, d.peakAt = float64(d.batch), now
+	}
+}
+
+// peakNow is the largest recent batch, decayed to now.
+func (d *demand) peakNow(now time.Time) float64 {
+	if d.peak == 0 {
+		return 0
+	}
+	return d.peak * math.Exp(-max(now.Sub(d.peakAt), 0).Seconds()/d.decay.Seconds())
+}
+
+// batchSize is the batch the pool is kept ready for: the largest recent
+// one, rounded, if it was a batch at all (two creates or more).
+func (d *demand) batchSize(now time.Time) int {
+	n := int(math.Round(d.peakNow(now)))
+	if n < 2 {
+		return 0
+	}
+	return n
 }
 
 // rate rises with the fast rate and falls with the slow one.
 func (d *demand) rate(now time.Time) float64 {
 	return max(d.fast.rate(now), d.slow.rate(now))
+}
+
+// footprint is the weighted mean memory, in MiB, that a warm sandbox of
+// the pool held once started (each new one weighs a fifth).
+type footprint struct{ mean float64 }
+
+func (f *footprint) add(mb float64) {
+	if f.mean == 0 {
+		f.mean = mb
+		return
+	}
+	f.mean += (mb - f.mean) / 5
+}
+
+// or is the footprint in whole MiB (at least 1), or def before one was
+// measured.
+func (f footprint) or(def int) int {
+	if f.mean == 0 {
+		return def
+	}
+	return max(1, int(math.Ceil(f.mean)))
 }
 
 // startTime is the weighted mean time a warm sandbox of the pool took to
@@ -121,13 +186,15 @@ func (s startTime) or(def time.Duration) time.Duration {
 }
 
 // poolTarget is how many warm sandboxes (ready and starting) a pool with
-// this create rate (per second) and start time is kept at, within
-// [floor, ceiling]. The floor wins over the ceiling: it is the operator's.
-func poolTarget(rate float64, start time.Duration, t poolTuning, floor, ceiling int) int {
+// this create rate (per second), batch size and start time is kept at,
+// within [floor, ceiling]. The floor wins over the ceiling: it is the
+// operator's.
+func poolTarget(rate float64, batch int, start time.Duration, t poolTuning, floor, ceiling int) int {
 	n := 0
 	if rate >= t.minRate {
 		n = int(math.Ceil(rate * (2*start + t.headroom).Seconds()))
 	}
+	n = max(n, batch)
 	return max(min(n, ceiling), floor)
 }
 

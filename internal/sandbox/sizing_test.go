@@ -72,13 +72,82 @@ func TestPoolTarget(t *testing.T) {
 		{"the floor wins over the ceiling", 10, 4, 3, 4},
 		{"a ceiling of 0 without floor", 5, 0, 0, 0},
 	} {
-		if got := poolTarget(c.rate, start, tn, c.floor, c.ceiling); got != c.want {
+		if got := poolTarget(c.rate, 0, start, tn, c.floor, c.ceiling); got != c.want {
 			t.Errorf("%s: poolTarget(%g) = %d, want %d", c.name, c.rate, got, c.want)
 		}
 	}
 	// Slower starts need more warm sandboxes for the same rate.
-	if a, b := poolTarget(5, 100*time.Millisecond, tn, 0, 100), poolTarget(5, time.Second, tn, 0, 100); a >= b {
+	if a, b := poolTarget(5, 0, 100*time.Millisecond, tn, 0, 100), poolTarget(5, 0, time.Second, tn, 0, 100); a >= b {
 		t.Errorf("start 0.1 s: %d, start 1 s: %d; want more for the slower start", a, b)
+	}
+}
+
+// A batch of creates keeps the pool at the batch's size for the next
+// one, decaying like the slow rate; creates spread out are no batch.
+func TestDemandRemembersBatches(t *testing.T) {
+	tn := defaultPoolTuning
+	d := newDemand(tn)
+	now := time.Unix(1000, 0)
+	for range 20 { // 20 creates within 40 ms
+		now = now.Add(2 * time.Millisecond)
+		d.add(now)
+	}
+	if got := d.batchSize(now); got != 20 {
+		t.Errorf("right after a batch of 20: %d", got)
+	}
+	// Ten seconds later the rate alone keeps a few; the batch keeps 17.
+	later := now.Add(10 * time.Second)
+	rateOnly := poolTarget(d.rate(later), 0, 250*time.Millisecond, tn, 0, 100)
+	if got := poolTarget(d.rate(later), d.batchSize(later), 250*time.Millisecond, tn, 0, 100); got != 17 || rateOnly >= 17 {
+		t.Errorf("10 s after a batch of 20: target %d (the rate alone %d), want 17 (20·e^(-10/60), rounded)", got, rateOnly)
+	}
+	// A smaller batch later does not lower it; a larger one raises it.
+	for range 5 {
+		later = later.Add(time.Millisecond)
+		d.add(later)
+	}
+	if got := d.batchSize(later); got != 17 {
+		t.Errorf("after a batch of 5: %d, want the decayed 17", got)
+	}
+	for range 25 {
+		later = later.Add(time.Millisecond)
+		d.add(later) // the 5 above and these 25 are one batch of 30
+	}
+	if got := d.batchSize(later); got != 30 {
+		t.Errorf("after a batch of 30: %d", got)
+	}
+	if got := d.batchSize(later.Add(5 * time.Minute)); got != 0 {
+		t.Errorf("5 min later: %d, want none (30·e^-5 rounds to 0)", got)
+	}
+	// One create every two seconds is never a batch.
+	spread := newDemand(tn)
+	at := time.Unix(5000, 0)
+	for range 30 {
+		at = at.Add(2 * time.Second)
+		spread.add(at)
+	}
+	if got := spread.batchSize(at); got != 0 {
+		t.Errorf("creates 2 s apart: batch %d, want 0", got)
+	}
+}
+
+// Warm sandboxes count against the budget at what they were measured to
+// hold, their limit before that.
+func TestFootprint(t *testing.T) {
+	var f footprint
+	if got := f.or(512); got != 512 {
+		t.Errorf("unmeasured: %d", got)
+	}
+	f.add(20.2)
+	if got := f.or(512); got != 21 {
+		t.Errorf("20.2 MiB: %d, want 21", got)
+	}
+	f.add(70.2) // 20.2 + 50/5
+	if got := f.or(512); got != 31 {
+		t.Errorf("then 70.2 MiB: %d, want 31", got)
+	}
+	if got := (footprint{mean: 0.1}).or(512); got != 1 {
+		t.Errorf("0.1 MiB: %d, want 1", got)
 	}
 }
 
