@@ -33,6 +33,11 @@ export class Table {
     const sorted = [...samples].sort((a, b) => a - b)
     this.rows.push([metric, String(sorted.length), fmt(percentile(sorted, 50)), fmt(percentile(sorted, 1)), 'MB/s', target])
   }
+  count(metric, samples, target = '') {
+    const sorted = [...samples].sort((a, b) => a - b)
+    const f = (v) => (Number.isInteger(v) ? String(v) : fmt(v))
+    this.rows.push([metric, String(sorted.length), f(percentile(sorted, 50)), f(percentile(sorted, 99)), 'count', target])
+  }
   print() {
     const head = ['metric', 'n', 'p50', 'p99', 'unit', 'target']
     const all = [head, ...this.rows]
