@@ -119,7 +119,11 @@ await withWarren({ poolSize: 2 }, async (w, conn) => {
   // pointed there): the difference is the proxy hop.
   const sbx = await Sandbox.create(conn)
   try {
-    const envd = serverSteps(w.output(), 'sandbox created').get(sbx.sandboxId).envd
+    // The line is written once envd's /init, which follows the answer, is done.
+    let created
+    for (const until = Date.now() + 10_000; !(created = serverSteps(w.output(), 'sandbox created').get(sbx.sandboxId)) && Date.now() < until;) await sleep(20)
+    if (!created) throw new Error(`no "sandbox created" line for ${sbx.sandboxId}`)
+    const envd = created.envd
     const direct = await Sandbox.connect(sbx.sandboxId, { ...conn, sandboxUrl: envd })
     // Interleaved, so that drift in the machine's load hits both alike.
     const time = async (fn) => { const t0 = performance.now(); await fn(); return performance.now() - t0 }
