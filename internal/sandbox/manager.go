@@ -45,8 +45,9 @@
 // store record, once it is created from; the templates in
 // Config.PoolTemplates have one from the start, never smaller than
 // PoolSize. A pool is sized from its template's recent create rate and
-// its largest recent batch of creates, bounded by a memory budget (PoolMaxMemoryMB, shared fairly between the
-// pools that want more of it than it holds) and the node's capacity,
+// its largest recent batch of creates, bounded by a memory budget
+// (PoolMaxMemoryMB, shared fairly between the pools that want more of it
+// than it holds) and the node's capacity,
 // refilled by parallel starts, shrunk when the demand goes, and removed
 // when unused or when their template is deleted (sizing.go,
 // ForgetTemplate). Create claims a warm sandbox when one is ready

@@ -31,9 +31,10 @@ import (
 // memory budget (--pool-max-memory-mb) holds of the template's warm
 // sandboxes, each counted at the memory they were measured to hold once
 // started (an idle sandbox holds a few tens of MiB of its limit; its
-// limit until one was measured), and --max-sandboxes. When several pools want more of the budget than it
-// holds, each gets a fair share of it (fairCeilings): a pool above its
-// share shrinks, one below it may grow. Every warm start is admitted like a create, so the
+// limit until one was measured), and --max-sandboxes. When several pools
+// want more of the budget than it holds, each gets a fair share of it
+// (fairCeilings): a pool above its share shrinks, one below it may grow.
+// Every warm start is admitted like a create, at its limits, so the
 // node's capacity bounds the pools too (fitsLocked).
 
 // poolTuning are the sizing policy's constants; tests shorten them.
