@@ -28,7 +28,7 @@ func CheckRangeFree(cidr netip.Prefix, prefix string) error {
 	}
 	defer h.Close()
 	links := map[int]string{}
-	if ls, err := h.LinkList(); err == nil {
+	if ls, err := whole(h.LinkList); err == nil {
 		for _, l := range ls {
 			links[l.Attrs().Index] = l.Attrs().Name
 		}
@@ -37,7 +37,7 @@ func CheckRangeFree(cidr netip.Prefix, prefix string) error {
 		_, ok := cfg.parseID(links[linkIndex], "v")
 		return ok
 	}
-	addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := whole(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("network: listing addresses: %w", err)
 	}
@@ -48,7 +48,9 @@ func CheckRangeFree(cidr netip.Prefix, prefix string) error {
 				cfg.CIDR, links[a.LinkIndex], a.IPNet)
 		}
 	}
-	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := whole(func() ([]netlink.Route, error) {
+		return h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return fmt.Errorf("network: listing routes: %w", err)
 	}

@@ -71,7 +71,7 @@ func (m *Manager) onHost() (map[int]bool, error) {
 			found[id] = true
 		}
 	}
-	links, err := m.nl.LinkList()
+	links, err := whole(m.nl.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("network: listing links: %w", err)
 	}

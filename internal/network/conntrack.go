@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // Why released ids are "dirty": a conntrack entry that outlives its slot
@@ -38,7 +37,7 @@ func (m *Manager) flushDirty() error {
 	if len(ids) == 0 {
 		return nil // another creator flushed them
 	}
-	if _, err := m.nl.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, flowsOf(addrs)); err != nil {
+	if err := m.deleteFlows(flowsOf(addrs)); err != nil {
 		return fmt.Errorf("network: deleting conntrack flows of released slots: %w", err)
 	}
 	m.mu.Lock()

@@ -93,7 +93,7 @@ func leftovers(t testing.TB, prefix string) []string {
 			out = append(out, "mount "+fields[4])
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := whole(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,7 +310,9 @@ func TestReleasedAddressIsUnreachable(t *testing.T) {
 
 func flowsTo(t *testing.T, ip netip.Addr) int {
 	t.Helper()
-	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	flows, err := whole(func() ([]*netlink.ConntrackFlow, error) {
+		return netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

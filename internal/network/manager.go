@@ -231,7 +231,7 @@ func (m *Manager) IsPooled(name string) bool {
 // warnLocalResolvers logs resolvers that are addresses of this host:
 // sandboxes never reach the host, so they cannot use them.
 func (m *Manager) warnLocalResolvers() {
-	addrs, err := m.nl.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := whole(func() ([]netlink.Addr, error) { return m.nl.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return
 	}

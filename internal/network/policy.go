@@ -400,7 +400,7 @@ func (m *Manager) isLocal(a netip.Addr) bool {
 // anyway; this also forgets the NAT state.) Connections redirected to
 // the egress proxy are left alone: the proxy judges those itself.
 func (m *Manager) CutFlows(s *Slot, cut func(dst netip.Addr) bool) error {
-	_, err := m.nl.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, slotFlows{src: s.SandboxIP, host: s.HostIP, cut: cut})
+	err := m.deleteFlows(slotFlows{src: s.SandboxIP, host: s.HostIP, cut: cut})
 	if err != nil {
 		return fmt.Errorf("network: cutting the connections of %s: %w", s.Name, err)
 	}

@@ -224,7 +224,7 @@ func (m *Manager) ownsTable(t *nftables.Table) bool {
 // defaultUplink returns the interface of the IPv4 default route with the
 // lowest metric, or "" when there is none.
 func defaultUplink(h *netlink.Handle) (string, error) {
-	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := whole(func() ([]netlink.Route, error) { return h.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return "", fmt.Errorf("network: listing routes: %w", err)
 	}
