@@ -247,12 +247,15 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		// boot one (each group in its order). Not for base, whose pools
 		// every node keeps: there the load decides, or a node whose pool
 		// refills steadily would take every create.
-		cands = warmFirst(cands, req.TemplateID, d.pendingLocked)
+		cands = warmFirst(cands, req.TemplateID, d.sentLocked)
 	}
 	if len(cands) > 0 {
 		d.inflight[cands[0].Name]++
 	}
 	d.mu.Unlock()
+	if d.log.Enabled(ctx, slog.LevelDebug) {
+		d.log.DebugContext(ctx, "dispatch: candidates", "template", req.TemplateID, "built_on", builtOn, "order", describe(cands, req.TemplateID))
+	}
 	if len(cands) == 0 {
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
@@ -274,6 +277,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		}
 		d.mu.Unlock()
 		if err == nil {
+			d.log.DebugContext(ctx, "dispatch: placed", "sandbox", rec.ID, "node", n.Name, "template", req.TemplateID)
 			return rec, nil
 		}
 		switch {
@@ -281,6 +285,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 			// The template's layers are on another node (a snapshot's
 			// on its sandbox's), or nowhere.
 			missing = err
+			d.log.InfoContext(ctx, "dispatch: node lacks the template, trying the next", "node", n.Name, "err", err)
 			continue
 		case !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable):
 			// The remaining candidates were never reserved.
@@ -293,6 +298,16 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, missing
 	}
 	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
+}
+
+// describe is a log's view of candidates: each node with the sandboxes
+// and the warm ones of template its last heartbeat counted.
+func describe(ns []store.Node, template string) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = fmt.Sprintf("%s(held %d, warm %d)", n.Name, n.Sandboxes, n.Warm[template])
+	}
+	return strings.Join(parts, " ")
 }
 
 // homeFirst moves node name to the front of ns, if it is there.
@@ -310,9 +325,9 @@ func homeFirst(ns []store.Node, name string) []store.Node {
 // than the creates sent there since their heartbeat would have claimed,
 // to the front of ns, keeping the order within both groups: a burst
 // claims the warm sandboxes it finds, then spreads as before.
-func warmFirst(ns []store.Node, template string, pending func(store.Node) int) []store.Node {
+func warmFirst(ns []store.Node, template string, sent func(store.Node) int) []store.Node {
 	out := make([]store.Node, 0, len(ns))
-	warm := func(n store.Node) bool { return n.Warm[template] > pending(n) }
+	warm := func(n store.Node) bool { return n.Warm[template] > sent(n) }
 	for _, n := range ns {
 		if warm(n) {
 			out = append(out, n)
@@ -327,12 +342,20 @@ func warmFirst(ns []store.Node, template string, pending func(store.Node) int) [
 }
 
 // pendingLocked is how many sandboxes node n holds beyond its last
-// heartbeat's count: creates under way, plus those placed after the
-// heartbeat, less those this api freed there after it.
+// heartbeat's count: creates sent there since (sentLocked), less the
+// sandboxes this api freed there since.
 func (d *Dispatcher) pendingLocked(n store.Node) int {
-	d.placed[n.Name] = since(d.placed[n.Name], n.HeartbeatAt)
 	d.freed[n.Name] = since(d.freed[n.Name], n.HeartbeatAt)
-	return d.inflight[n.Name] + len(d.placed[n.Name]) - len(d.freed[n.Name])
+	return d.sentLocked(n) - len(d.freed[n.Name])
+}
+
+// sentLocked is how many creates this api sent to node n since its last
+// heartbeat: under way, or placed after it. Each may have claimed one of
+// the warm sandboxes the heartbeat counted. (A sandbox freed there since
+// makes no warm one: a kill counts against the load, never for warmth.)
+func (d *Dispatcher) sentLocked(n store.Node) int {
+	d.placed[n.Name] = since(d.placed[n.Name], n.HeartbeatAt)
+	return d.inflight[n.Name] + len(d.placed[n.Name])
 }
 
 // since keeps the times of ts after t.

@@ -537,6 +537,44 @@ func TestWarmNodesFirst(t *testing.T) {
 	}
 }
 
+// A sandbox killed on a node since its heartbeat lowers the node's load,
+// but leaves no warm sandbox there: a template's create still goes home.
+// (It went to the other node when a kill there made its count of sent
+// creates negative, which read as "more warm sandboxes than claims".)
+func TestAKillMakesNoWarmSandbox(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	builder := "na"
+	if err := c.st.CreateTemplate(ctx, store.Template{ID: "tpl4", TeamID: "t1", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.CreateBuild(ctx, store.Build{ID: "b4", TemplateID: "tpl4", Status: store.BuildReady, Node: builder, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range c.nodes {
+		f.templates = map[string]bool{"tpl4": true}
+	}
+	// A sandbox on the other node, placed and heartbeaten before; then
+	// killed through this api.
+	rec := store.Sandbox{ID: "old", TeamID: "t1", TemplateID: "base", State: store.StateRunning, Node: "nb", StartedAt: c.now, EndAt: c.now.Add(time.Hour)}
+	if err := c.st.CreateSandbox(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.HeartbeatNode(ctx, "nb", c.now, store.NodeUsage{Sandboxes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c.later(time.Second)
+	if err := c.d.Kill(ctx, "t1", "old"); err != nil {
+		t.Fatal(err)
+	}
+	c.later(time.Second)
+	for range 2 {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl4"}); err != nil || rec.Node != builder {
+			t.Fatalf("create of tpl4 (built on %s, nothing warm) after a kill on nb: %+v %v", builder, rec.Node, err)
+		}
+	}
+}
+
 func TestTemplateKey(t *testing.T) {
 	for path, want := range map[string][3]string{
 		"/templates":                     {"", "", "y"},

@@ -54,10 +54,12 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
       a.proxyPort ??= await freePort()
       a.metricsPort ??= await freePort()
       a.dataDir ??= mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-api-'))
+      // At debug level an api logs each create's candidates and where
+      // it placed it, which a failed cluster test prints.
       a.proc = await spawnWarren([
         'serve', '--role', 'api', '--store', storeURL, '--data-dir', a.dataDir,
         '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`,
-        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, ...shared,
+        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, '--log-level', 'debug', ...shared,
       ], { env, healthUrl: `http://127.0.0.1:${a.port}/health` })
       a.opts = { apiUrl: `http://127.0.0.1:${a.port}`, sandboxUrl: `http://127.0.0.1:${a.proxyPort}`, apiKey }
     },
