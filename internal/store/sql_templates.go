@@ -342,6 +342,11 @@ func levelRank(level string) int {
 // logBatch bounds the rows of one INSERT (7 parameters each).
 const logBatch = 100
 
+// MaxBuildLogEntries bounds one build's log in the store, a backstop
+// behind the builder's own caps (internal/template keeps far fewer): a
+// build's output must never fill the database.
+const MaxBuildLogEntries = 50000
+
 func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...BuildLogEntry) error {
 	if len(entries) == 0 {
 		return nil
@@ -361,6 +366,14 @@ func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...Bu
 	if err := tx.QueryRowContext(ctx, s.q("SELECT COALESCE(MAX(seq), -1) FROM build_logs WHERE build_id = ?"), buildID).Scan(&last); err != nil {
 		return err
 	}
+	var full error
+	if room := MaxBuildLogEntries - int(last+1); len(entries) > room {
+		full = fmt.Errorf("store: build %s: %d entries dropped: %w", buildID, len(entries)-max(room, 0), ErrLogFull)
+		if room <= 0 {
+			return full
+		}
+		entries = entries[:room]
+	}
 	for start := 0; start < len(entries); start += logBatch {
 		batch := entries[start:min(start+logBatch, len(entries))]
 		rows := make([]string, len(batch))
@@ -374,7 +387,10 @@ func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...Bu
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return full
 }
 
 func (s *SQL) BuildLogs(ctx context.Context, buildID string, offset, limit int, minLevel string) ([]BuildLogEntry, error) {

@@ -127,6 +127,8 @@ type TemplateStore interface {
 	BuildsByStatus(ctx context.Context, statuses ...BuildStatus) ([]Build, error)
 
 	// AppendBuildLogs adds entries at the end of a build's log, in order.
+	// A log holds at most MaxBuildLogEntries: entries past it are
+	// dropped, with an error wrapping ErrLogFull.
 	AppendBuildLogs(ctx context.Context, buildID string, entries ...BuildLogEntry) error
 	// BuildLogs returns up to limit entries of a build's log from index
 	// offset on. With minLevel set, only entries of that level or a more

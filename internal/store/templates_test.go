@@ -685,3 +685,33 @@ func TestListSnapshotTemplates(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildLogIsBoundedInTheStore: whatever its callers do, a build keeps
+// at most MaxBuildLogEntries (50000) entries, and the rest is refused.
+func TestBuildLogIsBoundedInTheStore(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		s.CreateTemplate(ctx, newTemplate("tpl", t0, "n"))
+		s.CreateBuild(ctx, newBuild("b", "tpl", t0))
+		batch := make([]BuildLogEntry, 7000)
+		for i := range batch {
+			batch[i] = BuildLogEntry{Time: t0, Level: "info", Message: "y"}
+		}
+		var refused error
+		for i := 0; i < 8; i++ { // 56000 entries
+			if err := s.AppendBuildLogs(ctx, "b", batch...); err != nil {
+				refused = err
+			}
+		}
+		if !errors.Is(refused, ErrLogFull) {
+			t.Errorf("appending past the cap: %v, want ErrLogFull", refused)
+		}
+		got, err := s.BuildLogs(ctx, "b", 0, 100000, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 50000 {
+			t.Errorf("the build kept %d entries, want 50000", len(got))
+		}
+	})
+}

@@ -528,6 +528,7 @@ func (b *Builder) exec(ctx context.Context, lg *buildLog, c *envdClient, e execS
 	defer cancel()
 	e.Output = lg.output
 	code, err := c.run(ctx, e)
+	lg.commandDone()
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			return fmt.Errorf("the step ran longer than %s", b.cfg.StepTimeout)
