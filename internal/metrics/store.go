@@ -109,8 +109,8 @@ func (ts *timedStore) GetTemplate(ctx context.Context, id string) (store.Templat
 	return timed(ts, "GetTemplate", func() (store.Template, error) { return ts.Store.GetTemplate(ctx, id) })
 }
 
-func (ts *timedStore) TemplateByName(ctx context.Context, name string) (store.Template, error) {
-	return timed(ts, "TemplateByName", func() (store.Template, error) { return ts.Store.TemplateByName(ctx, name) })
+func (ts *timedStore) TemplateByName(ctx context.Context, teamID, name string) (store.Template, error) {
+	return timed(ts, "TemplateByName", func() (store.Template, error) { return ts.Store.TemplateByName(ctx, teamID, name) })
 }
 
 func (ts *timedStore) ListTemplates(ctx context.Context, teamID string) ([]store.Template, error) {
