@@ -297,7 +297,7 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec bu
 	if img == nil {
 		lg.info("FROM image %s", spec.FromImage)
 		var err error
-		if img, err = b.fromImage(ctx, lg, spec); err != nil {
+		if img, err = b.fromImage(ctx, lg, teamID, spec); err != nil {
 			return nil, err
 		}
 	}
@@ -313,7 +313,7 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec bu
 
 // fromImage finds an image: Warren's base for e2bdev/base, an image
 // imported with `warren image import`, or a registry pull.
-func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Spec) (*image.Template, error) {
+func (b *Builder) fromImage(ctx context.Context, lg *buildLog, teamID string, spec buildspec.Spec) (*image.Template, error) {
 	ref := spec.FromImage
 	repo, _, _ := strings.Cut(ref, "@")
 	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
@@ -328,7 +328,8 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Sp
 		lg.info("using the imported image %s", ref)
 		return img, nil
 	}
-	opts := oci.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
+	// The team's pulls reuse only the team's layers (oci.PullOptions.Team).
+	opts := oci.PullOptions{Team: teamID, Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
 	if a := spec.FromImageRegistry; a != nil {
 		switch a.Type {
 		case "registry", "":

@@ -5,6 +5,11 @@
 //
 //   node bench/buildlog.mjs            # bin/warren of this tree
 //   WARREN_BINARY=/path/to/warren node bench/buildlog.mjs
+//   BUILDLOG_STEP='timeout 60 sh -c "while :; do seq 1000; done"' node bench/buildlog.mjs
+//
+// envd cuts a command's output stream once its reader falls 32 MiB
+// behind, which `yes` (GB/s) does within seconds whatever the reader;
+// BUILDLOG_STEP runs another step, e.g. a slower flood that is not cut.
 //
 // The run is bounded: the server is killed if its RSS passes 4 GiB or the
 // build has not ended after 150 s, and what was reached is reported.
@@ -16,7 +21,7 @@ import { startWarren, killAll } from '../setup/start-warren.mjs'
 
 const rssLimitKB = 4 << 20 // 4 GiB
 const budgetMs = 150_000
-const seconds = Number(process.env.BUILDLOG_SECONDS || 60)
+const step = process.env.BUILDLOG_STEP || 'timeout 60 yes'
 
 // status reads a process's current and peak RSS (kB) from /proc.
 function status(pid) {
@@ -49,7 +54,7 @@ const sampler = setInterval(() => {
   }
 }, 100)
 
-const tpl = Template().fromTemplate('base').runCmd(`timeout ${seconds} yes`)
+const tpl = Template().fromTemplate('base').runCmd(step)
 const name = `buildlog-${Date.now().toString(36)}`
 let outcome
 let timer
@@ -85,4 +90,4 @@ await w.stop({ removeDataDir: true }).catch(() => {})
 
 console.log(`| binary | step | outcome | build-log rows | peak RSS (MiB) | elapsed (s) | note |`)
 console.log(`|---|---|---|---|---|---|---|`)
-console.log(`| ${process.env.WARREN_BINARY || 'bin/warren'} | RUN timeout ${seconds} yes | ${outcome} | ${rows} | ${(peakKB / 1024).toFixed(0)} | ${elapsed.toFixed(0)} | ${killed || ''} |`)
+console.log(`| ${process.env.WARREN_BINARY || 'bin/warren'} | RUN ${step} | ${outcome} | ${rows} | ${(peakKB / 1024).toFixed(0)} | ${elapsed.toFixed(0)} | ${killed || ''} |`)
