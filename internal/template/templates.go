@@ -28,10 +28,13 @@ var (
 )
 
 // buildRecord is what a build keeps in store.Build.Spec: the tags it
-// gets when ready, and its Spec once started.
+// gets when ready, and its Spec once started. The Spec's registry
+// credentials are not in it: only their type, and the whole
+// buildspec.RegistryAuth sealed in RegistrySealed (see sealRegistryAuth).
 type buildRecord struct {
-	Tags []string        `json:"tags"`
-	Spec *buildspec.Spec `json:"spec,omitempty"`
+	Tags           []string        `json:"tags"`
+	Spec           *buildspec.Spec `json:"spec,omitempty"`
+	RegistrySealed string          `json:"registrySealed,omitempty"`
 }
 
 func readRecord(b store.Build) buildRecord {
