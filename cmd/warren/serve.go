@@ -77,6 +77,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Var((*addrList)(&f.ProxyTLSAddrs), "proxy-tls-addr", "`ADDR` where the sandbox proxy also serves HTTPS, e.g. 127.0.0.1:443 (repeatable, or comma-separated; default: no HTTPS)")
 	fs.StringVar(&f.TLSCert, "tls-cert", "", "certificate chain (PEM) of the HTTPS proxy, a wildcard for *.DOMAIN (default: one Warren's local CA in DATA-DIR/ingress signs)")
 	fs.StringVar(&f.TLSKey, "tls-key", "", "the --tls-cert's private key (PEM)")
+	fs.Var(&f.TrustedProxies, "trusted-proxy", "`CIDR` (or address) of a load balancer in front of the API and proxy listeners: from it only, the client's address is taken from the PROXY protocol (v1/v2) or X-Forwarded-For (the rightmost hop not in a trusted range); from anyone else those are ignored and removed (repeatable, or comma-separated; default: none)")
 	fs.StringVar(&f.Runtime, "runtime", "runsc", "sandbox runtime: runsc (gVisor) or runc (needs --insecure-runtime)")
 	fs.BoolVar(&f.InsecureRuntime, "insecure-runtime", false, "allow --runtime runc, whose sandboxes share the host kernel with the code they run (trusted code only)")
 	fs.StringVar(&f.Envd, "envd", "", "the static envd binary (default: envd beside this executable)")

@@ -26,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/clientaddr"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -98,6 +99,10 @@ type Config struct {
 	LostAfter time.Duration
 	// NodeLabels label this node in the store (`warren nodes`).
 	NodeLabels map[string]string
+	// TrustedProxies are the load balancers whose PROXY protocol header
+	// or X-Forwarded-For says who the client is (internal/clientaddr);
+	// none: every TCP peer is the client.
+	TrustedProxies clientaddr.Prefixes
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -354,8 +359,18 @@ func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slo
 // publicServers are the API's and the proxy's servers on their
 // listeners, the proxy's over TLS too when it has TLS listeners (with the
 // certificates it serves).
+//
+// On each, the client's address is the TCP peer's, or, from a
+// --trusted-proxy, what its PROXY header or X-Forwarded-For says
+// (internal/clientaddr): the failed-authentication budgets are kept by it.
 func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
-	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
+	trusted, err := clientaddr.New(cfg.TrustedProxies)
+	if err != nil {
+		return nil, nil, err
+	}
+	apiSrv.Handler = trusted.Handler(apiSrv.Handler)
+	proxyHandler = trusted.Handler(proxyHandler)
+	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
 	if len(ls.tls) == 0 {
 		return srvs, nil, nil
 	}
@@ -366,7 +381,7 @@ func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler 
 	tlsSrv := proxy.NewHTTPServer(proxyHandler)
 	tlsSrv.TLSConfig = certs.TLSConfig()
 	for _, ln := range ls.tls {
-		srvs = append(srvs, served{tlsSrv, ln, true})
+		srvs = append(srvs, served{tlsSrv, trusted.Listen(ln), true})
 	}
 	return srvs, certs, nil
 }
