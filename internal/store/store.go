@@ -200,6 +200,7 @@ type Store interface {
 	SecretStore
 	VolumeStore
 	NodeStore
+	ClaimStore
 
 	Close() error
 }
