@@ -64,6 +64,8 @@ type Dispatcher struct {
 	// inflight is the creates under way on each node.
 	inflight map[string]int
 	routes   map[string]route
+	// signed holds the routable sandboxes' envd tokens (signed.go).
+	signed signedIndex
 }
 
 // route is a sandbox's node address, as the proxy last looked it up.
@@ -558,24 +560,4 @@ func (d *Dispatcher) forget(id string) {
 	d.mu.Lock()
 	delete(d.routes, id)
 	d.mu.Unlock()
-}
-
-// SignedBy finds the sandbox whose envd token signed a URL among the
-// cluster's routable sandboxes, asking signed of every one (the time
-// taken tells nothing of which matched).
-func (d *Dispatcher) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	recs, err := d.cfg.Store.ListSandboxes(context.Background(), store.SandboxFilter{States: []store.SandboxState{store.StateRunning, store.StatePaused}})
-	if err != nil {
-		return "", err
-	}
-	found := ""
-	for _, r := range recs {
-		if routable(r) && signed(r.EnvdAccessToken) && found == "" {
-			found = r.ID
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
-	}
-	return found, nil
 }

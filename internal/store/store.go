@@ -201,6 +201,7 @@ type Store interface {
 	VolumeStore
 	NodeStore
 	ClaimStore
+	RouteStore
 
 	Close() error
 }
