@@ -202,3 +202,19 @@ func BenchmarkUDPFloodHeld(b *testing.B) {
 		})
 	}
 }
+
+func TestConnBoundsConfig(t *testing.T) {
+	for _, c := range []struct{ in, wantConns, wantRate int }{
+		{0, DefaultMaxConns, DefaultConnRate},
+		{-7, -1, -1},
+		{300, 300, 300},
+	} {
+		got, err := Config{MaxConns: c.in, ConnRate: c.in}.normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.MaxConns != c.wantConns || got.ConnRate != c.wantRate {
+			t.Errorf("%d: MaxConns %d, ConnRate %d; want %d, %d", c.in, got.MaxConns, got.ConnRate, c.wantConns, c.wantRate)
+		}
+	}
+}
