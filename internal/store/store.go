@@ -204,6 +204,8 @@ type Store interface {
 	SecretStore
 	VolumeStore
 	NodeStore
+	ClaimStore
+	RouteStore
 
 	Close() error
 }
