@@ -147,10 +147,14 @@ func TestCheckVerifiesTheBody(t *testing.T) {
 	a := newTestAuth(t, 'b')
 	g := a.Guard("n1")
 	for name, spoil := range map[string]func([]byte) []byte{
-		"other body":    func(b []byte) []byte { return bytes.Replace(b, []byte(`"a":1`), []byte(`"a":2`), 1) },
-		"longer body":   func(b []byte) []byte { return bytes.Replace(b, []byte("7\r\n{\"a\":1}"), []byte("8\r\n{\"a\":12}"), 1) },
-		"no trailer":    func(b []byte) []byte { return append(b[:bytes.LastIndex(b, []byte(BodyTrailer))], "\r\n"...) },
-		"other trailer": func(b []byte) []byte { i := bytes.LastIndex(b, []byte(BodyTrailer)) + len(BodyTrailer) + 3; b[i] ^= 1; return b },
+		"other body":  func(b []byte) []byte { return bytes.Replace(b, []byte(`"a":1`), []byte(`"a":2`), 1) },
+		"longer body": func(b []byte) []byte { return bytes.Replace(b, []byte("7\r\n{\"a\":1}"), []byte("8\r\n{\"a\":12}"), 1) },
+		"no trailer":  func(b []byte) []byte { return append(b[:bytes.LastIndex(b, []byte(BodyTrailer))], "\r\n"...) },
+		"other trailer": func(b []byte) []byte {
+			i := bytes.LastIndex(b, []byte(BodyTrailer)) + len(BodyTrailer) + 3
+			b[i] ^= 1
+			return b
+		},
 	} {
 		r := signed(t, a, "POST", "http://node/x", `{"a":1}`, PurposeTraffic, "n1")
 		var buf bytes.Buffer
@@ -317,10 +321,12 @@ func TestServeAndTransport(t *testing.T) {
 		}), PurposePlatform, "n1")
 	}
 	for name, change := range map[string]func(*http.Request){
-		"other query":   func(r *http.Request) { r.URL.RawQuery = "q=2" },
-		"other host":    func(r *http.Request) { r.Host = "other" },
-		"other path":    func(r *http.Request) { r.URL.Path = "/c" },
-		"other purpose": func(r *http.Request) { r.Header.Set(AuthHeader, strings.Replace(r.Header.Get(AuthHeader), ".platform.", ".traffic.", 1)) },
+		"other query": func(r *http.Request) { r.URL.RawQuery = "q=2" },
+		"other host":  func(r *http.Request) { r.Host = "other" },
+		"other path":  func(r *http.Request) { r.URL.Path = "/c" },
+		"other purpose": func(r *http.Request) {
+			r.Header.Set(AuthHeader, strings.Replace(r.Header.Get(AuthHeader), ".platform.", ".traffic.", 1))
+		},
 	} {
 		if _, _, err := get(mitm(change), "POST", "/a?q=1", "payload"); err == nil || !errors.Is(err, ErrAnswerUnauthenticated) {
 			t.Errorf("%s: %v", name, err)
