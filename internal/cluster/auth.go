@@ -220,6 +220,11 @@ func normalizeHeaders(h http.Header) []string {
 			h[ck] = append(h[ck], vs...)
 		}
 	}
+	for _, vs := range h {
+		for i, v := range vs {
+			vs[i] = textproto.TrimString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
+		}
+	}
 	if ua, ok := h["User-Agent"]; ok {
 		if len(ua) == 0 || ua[0] == "" {
 			delete(h, "User-Agent")
@@ -228,10 +233,7 @@ func normalizeHeaders(h http.Header) []string {
 		}
 	}
 	names := make([]string, 0, len(h))
-	for k, vs := range h {
-		for i, v := range vs {
-			vs[i] = textproto.TrimString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
-		}
+	for k := range h {
 		if !unsigned[k] {
 			names = append(names, k)
 		}

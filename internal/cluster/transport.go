@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Transport signs every request it sends through base (nil:
@@ -91,6 +93,17 @@ func (a *Auth) sign(r *http.Request, purpose Purpose, target string) ([]byte, er
 		r.Trailer = body.trailer
 	}
 	names := normalizeHeaders(r.Header)
+	for _, n := range names {
+		// What the HTTP client refuses to send is refused here first.
+		if !httpguts.ValidHeaderFieldName(n) {
+			return nil, fmt.Errorf("cluster: invalid header name %q", n)
+		}
+		for _, v := range r.Header[n] {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, fmt.Errorf("cluster: invalid value of header %s", n)
+			}
+		}
+	}
 	if len(names) > maxSignedHeaders {
 		return nil, fmt.Errorf("cluster: a request with %d headers (at most %d are signed)", len(names), maxSignedHeaders)
 	}
