@@ -234,7 +234,9 @@ func normalizeHeaders(h http.Header) []string {
 	}
 	names := make([]string, 0, len(h))
 	for k := range h {
-		if !unsigned[k] {
+		// A handler's trailers set ahead (http.TrailerPrefix) are not in
+		// the head.
+		if !unsigned[k] && !strings.HasPrefix(k, http.TrailerPrefix) {
 			names = append(names, k)
 		}
 	}

@@ -234,20 +234,21 @@ func TestUnlistedHeadersAreDropped(t *testing.T) {
 func TestNonceCache(t *testing.T) {
 	var c nonceCache
 	now := time.Unix(1_800_000_000, 0)
-	if !c.add(now.Unix(), "a", now) || c.add(now.Unix(), "a", now) {
+	a, b, cc := [16]byte{'a'}, [16]byte{'b'}, [16]byte{'c'}
+	if !c.add(now.Unix(), a, now) || c.add(now.Unix(), a, now) {
 		t.Fatal("a nonce was taken twice")
 	}
-	if !c.add(now.Unix()-30, "a", now) {
+	if !c.add(now.Unix()-30, a, now) {
 		t.Error("the same nonce at another time was refused")
 	}
 	// Forgotten only once its time is out of the window.
 	later := now.Add(authSkew + 2*nonceBucket*time.Second)
-	c.add(later.Unix(), "b", later)
+	c.add(later.Unix(), b, later)
 	if c.n != 1 || len(c.buckets) != 1 {
 		t.Errorf("old nonces kept: %d in %d buckets", c.n, len(c.buckets))
 	}
 	c.n = maxNonces
-	if c.add(later.Unix(), "c", later) {
+	if c.add(later.Unix(), cc, later) {
 		t.Error("a full cache took a nonce")
 	}
 }

@@ -56,7 +56,8 @@ func (g *Guard) Check(r *http.Request) (Purpose, []byte, error) {
 	if !purpose.Valid() || (flag != "0" && flag != "1") || len(nonce) != 32 || len(ts) > 12 {
 		return "", nil, errUnauthenticated
 	}
-	if _, err := hex.DecodeString(nonce); err != nil {
+	var nonceKey [16]byte
+	if n, err := hex.Decode(nonceKey[:], []byte(nonce)); err != nil || n != len(nonceKey) {
 		return "", nil, errUnauthenticated
 	}
 	secs, err := strconv.ParseInt(ts, 10, 64)
@@ -94,7 +95,7 @@ func (g *Guard) Check(r *http.Request) (Purpose, []byte, error) {
 			return "", nil, errUnauthenticated
 		}
 	}
-	if !g.nonces.add(secs, nonce, now) {
+	if !g.nonces.add(secs, nonceKey, now) {
 		return "", nil, errUnauthenticated // a replay (or a full cache: fail closed)
 	}
 	keepOnly(r.Header, names, "Content-Length")
@@ -418,17 +419,17 @@ const nonceBucket = 10 // seconds
 // carries the same signed time, so it is looked up in one bucket.
 type nonceCache struct {
 	mu      sync.Mutex
-	buckets map[int64]map[string]struct{}
+	buckets map[int64]map[[16]byte]struct{}
 	n       int
 }
 
 // add remembers nonce of a request signed at ts; false if it was seen
 // (or the cache is full).
-func (c *nonceCache) add(ts int64, nonce string, now time.Time) bool {
+func (c *nonceCache) add(ts int64, nonce [16]byte, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.buckets == nil {
-		c.buckets = map[int64]map[string]struct{}{}
+		c.buckets = map[int64]map[[16]byte]struct{}{}
 	}
 	oldest := now.Add(-authSkew).Unix()
 	for b, m := range c.buckets {
@@ -446,7 +447,7 @@ func (c *nonceCache) add(ts int64, nonce string, now time.Time) bool {
 		return false
 	}
 	if m == nil {
-		m = map[string]struct{}{}
+		m = map[[16]byte]struct{}{}
 		c.buckets[b] = m
 	}
 	m[nonce] = struct{}{}

@@ -273,7 +273,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		if err == nil {
 			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
 			// Its first command comes next: the proxy knows the way.
-			d.routes[rec.ID] = route{addr: n.Address, at: d.cfg.Now()}
+			d.routes[rec.ID] = route{node: n.Name, addr: n.Address, at: d.cfg.Now()}
 		}
 		d.mu.Unlock()
 		if err == nil {

@@ -177,6 +177,11 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 		on[rec.Node]++
 		ids = append(ids, rec.ID)
+		// The proxy's way to it, known from the create: the node's name
+		// too (its traffic is signed for that node).
+		if node, addr, err := d.Locate(ctx, rec.ID); err != nil || node != rec.Node || addr == "" {
+			t.Fatalf("locate after create: %q %q %v, want node %s", node, addr, err, rec.Node)
+		}
 	}
 	// No heartbeat since: the creates it has not counted spread them.
 	if on["na"] != 3 || on["nb"] != 3 {

@@ -1,10 +1,11 @@
 // Package noderpc is the internal RPC between a cluster's api and node
 // processes (proto/node/v1): the node side serves NodeService on its
-// sandbox manager, beside the sandbox traffic the api's proxy forwards to
-// it, the platform requests and image pulls, all behind the cluster's
-// authentication, each served to the requests signed for its purpose; the api side is a Client
-// per node that turns the node's errors back into the sandbox manager's
-// (so the api answers them as a single server would).
+// sandbox manager, beside the sandbox traffic the api's proxy forwards,
+// the platform routes and the image pulls, all behind the cluster's
+// authentication and each to the requests signed for its purpose
+// (docs/cluster-security.md); the api side is a Client per node that
+// turns the node's errors back into the sandbox manager's (so the api
+// answers them as a single server would).
 package noderpc
 
 import (
