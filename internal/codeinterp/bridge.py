@@ -1,0 +1,289 @@
+# Warren's code-interpreter bridge: one per context. It starts one Jupyter
+# kernel (ipykernel) as its child, talks to it with
+# jupyter_client over IPC sockets in the context's private directory, and
+# speaks JSON lines with envd's code-interpreter server (internal/codeinterp)
+# on stdin/stdout.
+#
+#   argv:   bridge.py <language> <cwd> <rundir>
+#   stdout: {"type":"ready"} or {"type":"fatal","message":...} first; then,
+#           per execute, the wire events of E2B's /execute (stdout, stderr,
+#           result, error, number_of_executions) and {"type":"end"}.
+#   stdin:  {"op":"execute","code":...,"env":{...}} runs a cell;
+#           {"op":"interrupt"} sends SIGINT to the kernel at once (read by a
+#           thread of its own, so that it reaches a running cell).
+#
+# The kernel is this process's child in this process's group: the server
+# ends a context by killing the group. Written for Warren; runs as the
+# sandbox's user.
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import write_connection_file
+
+MIME_FIELDS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+
+_out_lock = threading.Lock()
+
+
+def emit(obj):
+    line = json.dumps(obj, default=str, ensure_ascii=False) + "\n"
+    with _out_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def stamp(msg):
+    date = msg.get("header", {}).get("date")
+    return date.isoformat() if hasattr(date, "isoformat") else date
+
+
+def result_event(data, main):
+    ev = {"type": "result", "is_main_result": main}
+    extra = {}
+    for mime, value in data.items():
+        field = MIME_FIELDS.get(mime)
+        if field is None:
+            extra[mime] = value
+        else:
+            ev[field] = value
+    text = ev.get("text")
+    # A string's repr is quoted; E2B's server gives it without the quotes.
+    if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        ev["text"] = text[1:-1]
+    if extra:
+        ev["extra"] = extra
+    return ev
+
+
+class Kernel:
+    def __init__(self, cwd, rundir):
+        self.cwd = cwd
+        self.rundir = rundir
+        self.proc = None
+        self.client = None
+        self.base_env = dict(os.environ)
+
+    def start(self):
+        conn = os.path.join(self.rundir, "kernel.json")
+        for name in os.listdir(self.rundir):
+            if name.startswith("k-") or name == "kernel.json":
+                os.unlink(os.path.join(self.rundir, name))
+        write_connection_file(conn, ip=os.path.join(self.rundir, "k"), transport="ipc")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ipykernel_launcher", "-f", conn],
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        # The kernel's own stderr (a cell's goes to iopub): its last bytes
+        # explain a failed start.
+        self.stderr_tail = b""
+        threading.Thread(target=self.keep_stderr, args=(self.proc.stderr,), daemon=True).start()
+        kc = BlockingKernelClient(connection_file=conn)
+        kc.load_connection_file()
+        kc.start_channels()
+        try:
+            self.wait_ready(kc, 120)
+        except RuntimeError as e:
+            kc.stop_channels()
+            self.stop()
+            tail = self.stderr_tail.decode("utf-8", "replace").strip()
+            raise RuntimeError("the kernel did not start: %s%s" % (e, "; its stderr ended with: " + tail if tail else ""))
+        self.client = kc
+
+    def wait_ready(self, kc, timeout):
+        # Not kc.wait_for_ready: without a kernel manager it takes a
+        # heartbeat not yet seen (a busy machine) for a dead kernel.
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("it exited with status %d" % self.proc.returncode)
+            if time.monotonic() > deadline:
+                raise RuntimeError("no answer within %d s" % timeout)
+            kc.kernel_info()
+            try:
+                kc.get_shell_msg(timeout=1)
+            except queue.Empty:
+                continue
+            break
+        # What the kernel published while the client joined.
+        while True:
+            try:
+                kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                break
+        while True:
+            try:
+                kc.get_shell_msg(timeout=0)
+            except queue.Empty:
+                break
+
+    def keep_stderr(self, pipe):
+        for chunk in iter(lambda: pipe.read1(4096), b""):
+            self.stderr_tail = (self.stderr_tail + chunk)[-2048:]
+
+    def stop(self):
+        if self.client is not None:
+            self.client.stop_channels()
+            self.client = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def interrupt(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+
+    def died(self):
+        return self.proc is None or self.proc.poll() is not None
+
+    def run_silent(self, code):
+        """Runs code out of the user's history and output; True if it finished."""
+        msg_id = self.client.execute(code, silent=True, store_history=False, allow_stdin=False)
+        return self.wait_idle(msg_id, None)
+
+    def wait_idle(self, msg_id, on_msg):
+        while True:
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                if self.died():
+                    return False
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                self.drain_shell()
+                return True
+            if on_msg is not None:
+                on_msg(msg)
+
+    def drain_shell(self):
+        while True:
+            try:
+                self.client.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return
+
+    def env_code(self, env):
+        return "__import__('os').environ.update(%r)" % (dict(env),)
+
+    def restore_env_code(self, env):
+        keep = {k: self.base_env[k] for k in env if k in self.base_env}
+        drop = [k for k in env if k not in self.base_env]
+        return "__import__('os').environ.update(%r)\nfor _k in %r: __import__('os').environ.pop(_k, None)\ndel _k" % (keep, drop)
+
+    def execute(self, code, env):
+        if env and not self.run_silent(self.env_code(env)):
+            return self.report_death()
+        state = {"errored": False}
+
+        def on_msg(msg):
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                name = content.get("name")
+                if name in ("stdout", "stderr"):
+                    emit({"type": name, "text": content.get("text", ""), "timestamp": stamp(msg)})
+            elif kind == "execute_input":
+                emit({"type": "number_of_executions", "execution_count": content.get("execution_count")})
+            elif kind == "execute_result":
+                emit(result_event(content.get("data", {}), True))
+            elif kind == "display_data":
+                emit(result_event(content.get("data", {}), False))
+            elif kind == "error" and not state["errored"]:
+                state["errored"] = True
+                emit({
+                    "type": "error",
+                    "name": content.get("ename", ""),
+                    "value": content.get("evalue", ""),
+                    "traceback": "".join(content.get("traceback", [])),
+                })
+
+        msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        if not self.wait_idle(msg_id, on_msg):
+            return self.report_death()
+        if env and not self.run_silent(self.restore_env_code(env)):
+            return self.report_death()
+
+    def report_death(self):
+        code = self.proc.returncode if self.proc is not None else None
+        why = "the kernel exited"
+        if code is not None and code < 0:
+            why += " (killed by signal %d%s)" % (-code, ", perhaps out of memory" if -code == signal.SIGKILL else "")
+        elif code is not None:
+            why += " (status %d)" % code
+        emit({"type": "error", "name": "KernelDied", "value": why + "; its state is lost and a new kernel was started", "traceback": ""})
+        self.stop()
+        try:
+            self.start()
+        except Exception as e:  # the next execute finds the context dead
+            emit({"type": "error", "name": "KernelDied", "value": "restarting the kernel failed: %s" % e, "traceback": ""})
+            emit({"type": "end"})
+            sys.exit(1)
+
+
+def read_ops(kernel, ops):
+    for line in sys.stdin:
+        try:
+            op = json.loads(line)
+        except ValueError:
+            continue
+        if op.get("op") == "interrupt":
+            kernel.interrupt()
+        else:
+            ops.put(op)
+    ops.put(None)
+
+
+def main():
+    language, cwd, rundir = sys.argv[1], sys.argv[2], sys.argv[3]
+    if language != "python":
+        emit({"type": "fatal", "message": "unsupported language %r" % language})
+        return 1
+    if not os.path.isdir(cwd):
+        emit({"type": "fatal", "message": "cwd %s is not a directory this user can use" % cwd})
+        return 1
+    kernel = Kernel(cwd, rundir)
+    try:
+        kernel.start()
+    except Exception as e:
+        emit({"type": "fatal", "message": str(e)})
+        return 1
+    emit({"type": "ready"})
+    ops = queue.Queue()
+    threading.Thread(target=read_ops, args=(kernel, ops), daemon=True).start()
+    try:
+        while True:
+            op = ops.get()
+            if op is None:
+                return 0
+            if op.get("op") == "execute":
+                kernel.execute(op.get("code", ""), op.get("env") or {})
+                emit({"type": "end"})
+    finally:
+        kernel.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

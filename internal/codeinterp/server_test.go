@@ -1,0 +1,393 @@
+package codeinterp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests run real ipykernels with the host's Debian Python
+// (python3-ipykernel and python3-jupyter-client; scripts/install-deps.sh
+// installs them).
+
+const testToken = "secret-token"
+
+func newTestServer(t *testing.T, mod func(*Config)) (*Server, *httptest.Server) {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_client, ipykernel").CombinedOutput(); err != nil {
+		t.Fatalf("the host lacks Debian's python3-jupyter-client/python3-ipykernel (scripts/install-deps.sh installs them): %v\n%s", err, out)
+	}
+	cfg := Config{
+		RunDir:    t.TempDir(),
+		Authorize: func(tok string) bool { return tok == testToken },
+		Env:       func() map[string]string { return map[string]string{"SANDBOX_WIDE": "yes"} },
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		hs.Close()
+		s.Close()
+	})
+	return s, hs
+}
+
+type event map[string]any
+
+func (e event) str(k string) string { v, _ := e[k].(string); return v }
+
+type execution struct {
+	events []event
+}
+
+func (x execution) of(typ string) []event {
+	var out []event
+	for _, e := range x.events {
+		if e["type"] == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (x execution) text() string {
+	for _, e := range x.of("result") {
+		if e["is_main_result"] == true {
+			return e.str("text")
+		}
+	}
+	return ""
+}
+
+func (x execution) stdout() string {
+	var b strings.Builder
+	for _, e := range x.of("stdout") {
+		b.WriteString(e.str("text"))
+	}
+	return b.String()
+}
+
+func post(t *testing.T, ctx context.Context, url string, body any, token string) *http.Response {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func run(t *testing.T, hs *httptest.Server, body map[string]any) execution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res := post(t, ctx, hs.URL+"/execute", body, testToken)
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("execute %v: %d %s", body, res.StatusCode, b)
+	}
+	var x execution
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("a line that is not JSON: %q", sc.Text())
+		}
+		x.events = append(x.events, e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(x.events); n == 0 || x.events[n-1]["type"] != "end_of_execution" {
+		t.Fatalf("the stream did not end with end_of_execution: %v", x.events)
+	}
+	return x
+}
+
+func code(c string) map[string]any { return map[string]any{"code": c} }
+
+func TestExecuteValueStateOutputAndErrors(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+
+	x := run(t, hs, code("x = 41\nx + 1"))
+	if got := x.text(); got != "42" {
+		t.Fatalf("text = %q, want 42 (events %v)", got, x.events)
+	}
+	if n := x.of("number_of_executions"); len(n) != 1 || n[0]["execution_count"] != float64(1) {
+		t.Errorf("number_of_executions = %v", n)
+	}
+	if got := run(t, hs, code("x * 2")).text(); got != "82" {
+		t.Errorf("state across cells: %q, want 82", got)
+	}
+	if got := run(t, hs, code("'a string'")).text(); got != "a string" {
+		t.Errorf("a string's text = %q, want it without quotes", got)
+	}
+
+	x = run(t, hs, code("import sys\nprint('out1')\nprint('err1', file=sys.stderr)"))
+	if got := x.stdout(); got != "out1\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if e := x.of("stderr"); len(e) != 1 || e[0].str("text") != "err1\n" || e[0].str("timestamp") == "" {
+		t.Errorf("stderr = %v", e)
+	}
+
+	x = run(t, hs, code("def f():\n    raise ValueError('bad value')\nf()"))
+	errs := x.of("error")
+	if len(errs) != 1 {
+		t.Fatalf("errors = %v", x.events)
+	}
+	if errs[0].str("name") != "ValueError" || errs[0].str("value") != "bad value" || !strings.Contains(errs[0].str("traceback"), "bad value") {
+		t.Errorf("error = %v", errs[0])
+	}
+
+	x = run(t, hs, code("from IPython.display import display, HTML\ndisplay(HTML('<b>hi</b>'))\n7"))
+	var display, main event
+	for _, e := range x.of("result") {
+		if e["is_main_result"] == true {
+			main = e
+		} else {
+			display = e
+		}
+	}
+	if display.str("html") != "<b>hi</b>" || main.str("text") != "7" {
+		t.Errorf("results = %v", x.of("result"))
+	}
+}
+
+func TestExecuteEnvVarsApplyToOneRun(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	x := run(t, hs, map[string]any{"code": "import os\nos.environ.get('RUN_ONLY'), os.environ['SANDBOX_WIDE']", "env_vars": map[string]string{"RUN_ONLY": "v1", "SANDBOX_WIDE": "override"}})
+	if got := x.text(); got != "('v1', 'override')" {
+		t.Fatalf("with env_vars: %q (events %v)", got, x.events)
+	}
+	if got := run(t, hs, code("import os\nos.environ.get('RUN_ONLY'), os.environ['SANDBOX_WIDE']")).text(); got != "(None, 'yes')" {
+		t.Fatalf("the next run: %q, want the run's variables gone and the sandbox's back", got)
+	}
+}
+
+func TestContexts(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	dir := t.TempDir()
+	res := post(t, context.Background(), hs.URL+"/contexts", map[string]string{"language": "python", "cwd": dir}, "")
+	var c struct{ ID, Language, Cwd string }
+	json.NewDecoder(res.Body).Decode(&c)
+	res.Body.Close()
+	if res.StatusCode != 200 || c.ID == "" || c.Language != "python" || c.Cwd != dir {
+		t.Fatalf("create: %d %+v", res.StatusCode, c)
+	}
+	if got := run(t, hs, map[string]any{"code": "import os\nos.getcwd()", "context_id": c.ID}).text(); got != dir {
+		t.Errorf("cwd = %q, want %q", got, dir)
+	}
+	run(t, hs, map[string]any{"code": "y = 5", "context_id": c.ID})
+	if x := run(t, hs, code("y")); len(x.of("error")) != 1 || x.of("error")[0].str("name") != "NameError" {
+		t.Errorf("the default context sees another context's variable: %v", x.events)
+	}
+	if got := run(t, hs, map[string]any{"code": "y", "context_id": c.ID}).text(); got != "5" {
+		t.Errorf("y = %q in its context", got)
+	}
+
+	res, _ = http.Get(hs.URL + "/contexts")
+	var list []struct{ ID string }
+	json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	found := false
+	for _, l := range list {
+		found = found || l.ID == c.ID
+	}
+	if !found || len(list) != 2 {
+		t.Errorf("list = %+v, want the default context and %s", list, c.ID)
+	}
+
+	res = post(t, context.Background(), hs.URL+"/contexts/"+c.ID+"/restart", nil, "")
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("restart: %d", res.StatusCode)
+	}
+	if x := run(t, hs, map[string]any{"code": "y", "context_id": c.ID}); len(x.of("error")) != 1 {
+		t.Errorf("y survived a restart: %v", x.events)
+	}
+
+	req, _ := http.NewRequest("DELETE", hs.URL+"/contexts/"+c.ID, nil)
+	res, _ = http.DefaultClient.Do(req)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("remove: %d", res.StatusCode)
+	}
+	res = post(t, context.Background(), hs.URL+"/execute", map[string]any{"code": "1", "context_id": c.ID}, testToken)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 404 || string(b) != "Context "+c.ID+" not found" {
+		t.Errorf("execute in a removed context: %d %q", res.StatusCode, b)
+	}
+	req, _ = http.NewRequest("DELETE", hs.URL+"/contexts/"+c.ID, nil)
+	res, _ = http.DefaultClient.Do(req)
+	res.Body.Close()
+	if res.StatusCode != 404 {
+		t.Errorf("remove twice: %d", res.StatusCode)
+	}
+}
+
+func TestContextBadInput(t *testing.T) {
+	_, hs := newTestServer(t, func(c *Config) { c.MaxContexts = 2 })
+	for _, tc := range []struct {
+		body map[string]string
+		want int
+	}{
+		{map[string]string{"cwd": "relative/dir"}, 400},
+		{map[string]string{"cwd": "/no/such/dir"}, 500},
+		{map[string]string{"language": "cobol"}, 400},
+	} {
+		res := post(t, context.Background(), hs.URL+"/contexts", tc.body, "")
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("create %v: %d %s, want %d", tc.body, res.StatusCode, b, tc.want)
+		}
+	}
+	for i, want := range []int{200, 200, 429} {
+		res := post(t, context.Background(), hs.URL+"/contexts", nil, "")
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("create #%d: %d, want %d", i, res.StatusCode, want)
+		}
+	}
+}
+
+func TestExecuteAuthAndBadRequests(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	for _, tok := range []string{"", "wrong"} {
+		res := post(t, context.Background(), hs.URL+"/execute", code("1"), tok)
+		res.Body.Close()
+		if res.StatusCode != 401 {
+			t.Errorf("token %q: %d, want 401", tok, res.StatusCode)
+		}
+	}
+	for _, tc := range []struct {
+		body map[string]any
+		want int
+	}{
+		{map[string]any{"code": "1", "context_id": "x", "language": "python"}, 400},
+		{map[string]any{"code": "1", "context_id": "nope"}, 404},
+		{map[string]any{"code": "1", "language": "cobol"}, 400},
+		{map[string]any{"code": "1", "env_vars": map[string]string{"A=B": "x"}}, 400},
+	} {
+		res := post(t, context.Background(), hs.URL+"/execute", tc.body, testToken)
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%v: %d, want %d", tc.body, res.StatusCode, tc.want)
+		}
+	}
+}
+
+// A client that gives up on a long cell interrupts it: the next cell runs
+// at once in the same kernel, whose state is kept.
+func TestDisconnectInterruptsTheCell(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	run(t, hs, code("kept = 'still here'"))
+	ctx, cancel := context.WithCancel(context.Background())
+	res := post(t, ctx, hs.URL+"/execute", code("import time\nprint('started', flush=True)\ntime.sleep(600)"), testToken)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+	}
+	cancel()
+	res.Body.Close()
+
+	done := make(chan execution, 1)
+	go func() { done <- run(t, hs, code("kept")) }()
+	select {
+	case x := <-done:
+		if x.text() != "still here" {
+			t.Fatalf("after the interrupt: %v", x.events)
+		}
+	case <-time.After(60 * time.Second): // far beyond the 600 s cell's interrupt, far below its end
+		t.Fatal("the next cell waited for the abandoned one")
+	}
+}
+
+// A kernel that dies (here: kills itself) ends its cell with an error, and
+// the context gets a new kernel.
+func TestKernelDeath(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	x := run(t, hs, code("import os, signal\nz = 1\nos.kill(os.getpid(), signal.SIGKILL)"))
+	errs := x.of("error")
+	if len(errs) != 1 || errs[0].str("name") != "KernelDied" {
+		t.Fatalf("events = %v", x.events)
+	}
+	if x := run(t, hs, code("'z' in dir(), 1 + 1")); x.text() != "(False, 2)" {
+		t.Fatalf("after the death: %v", x.events)
+	}
+	// The bridge itself dying (the user's code can kill it: same user).
+	x = run(t, hs, code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)"))
+	if errs := x.of("error"); len(errs) != 1 || errs[0].str("name") != "UnexpectedEndOfExecution" {
+		t.Fatalf("bridge death: %v", x.events)
+	}
+	if x := run(t, hs, code("3")); x.text() != "3" {
+		t.Fatalf("after the bridge's death: %v", x.events)
+	}
+}
+
+func TestOutputIsBounded(t *testing.T) {
+	_, hs := newTestServer(t, func(c *Config) {
+		c.MaxLineBytes = 64 << 10
+		c.MaxOutputBytes = 1 << 20
+	})
+	x := run(t, hs, code("'x' * 200000"))
+	if x.text() != "" || !strings.Contains(x.events[len(x.events)-2].str("text"), "larger than") {
+		t.Errorf("a result over MaxLineBytes: %v", x.events)
+	}
+	x = run(t, hs, code("for i in range(400):\n    print('y' * 10000, flush=True)"))
+	total := 0
+	notes := 0
+	for _, e := range x.of("stdout") {
+		total += len(e.str("text"))
+	}
+	for _, e := range x.of("stderr") {
+		if strings.Contains(e.str("text"), "output passed") {
+			notes++
+		}
+	}
+	if total > 1<<20 || total == 0 || notes != 1 {
+		t.Errorf("stdout bytes %d (bound %d), notes %d", total, 1<<20, notes)
+	}
+	if got := run(t, hs, code("1 + 1")).text(); got != "2" {
+		t.Errorf("after a huge output: %q", got)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	res, err := http.Get(hs.URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || strings.TrimSpace(string(b)) != `"OK"` {
+		t.Errorf("health: %d %s", res.StatusCode, b)
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}
