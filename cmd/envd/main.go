@@ -60,6 +60,11 @@ func run(addr string, s *settings.Settings, log *slog.Logger) error {
 	srv := envd.New(s, r, log)
 	defer srv.Close()
 	srv.Processes().SetLogger(log)
+	if stop, err := startCodeInterpreter(s, r, log); err != nil {
+		log.Error("code interpreter not started", "err", err)
+	} else if stop != nil {
+		defer stop()
+	}
 
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 	addrs := strings.Split(addr, ",")

@@ -64,6 +64,7 @@ func runSetup(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", setup.DefaultDataDir, "where Warren keeps its state")
 	mirror := fs.String("mirror", "", "Debian mirror for the base template (default: this machine's apt mirror)")
 	runtimes := fs.String("runtimes", "runsc,runc", "runtimes to install, comma-separated")
+	X
 	fs.Parse(args)
-	return setup.Run(ctx, setup.Options{DataDir: *dataDir, Mirror: *mirror, Runtimes: strings.Split(*runtimes, ",")}, os.Stdout)
+	return setup.Run(ctx, setup.Options{DataDir: *dataDir, Mirror: *mirror, Runtimes: strings.Split(*runtimes, ","), CodeInterpreter: *codeInterp}, os.Stdout)
 }

@@ -29,6 +29,8 @@ func (s *Server) failTemplate(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	case errors.Is(err, template.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, template.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, template.ErrConflict), errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/lockfile"
@@ -19,7 +20,8 @@ type StepFunc func(format string, args ...any)
 type BuildFunc func(ctx context.Context, dir string, step StepFunc, progress io.Writer) error
 
 // EnsureTemplate makes sure built-in template want.ID exists, made by
-// recipe want.Recipe, with one layer that build makes, unless a complete
+// recipe want.Recipe, with one layer that build makes on top of
+// want.Layers (its parents, bottom first; usually none), unless a complete
 // one of that recipe exists, which makes a second call return at once.
 // The layer's ID is derived from the template ID and the recipe, so a new
 // recipe gets a new layer and never disturbs sandboxes running on the old
@@ -46,7 +48,7 @@ func (s *Store) EnsureTemplate(ctx context.Context, want Template, build BuildFu
 
 	layerID := want.ID + "-" + want.Recipe
 	t := want
-	t.Layers = []string{layerID}
+	t.Layers = append(append([]string(nil), want.Layers...), layerID)
 	final := s.LayerDir(layerID)
 	// The rename below is what completes a layer, so an existing one is
 	// whole; only the template is missing (a crash came between the two).
@@ -84,7 +86,7 @@ func (s *Store) EnsureTemplate(ctx context.Context, want Template, build BuildFu
 // its layers exist.
 func (s *Store) current(want Template) *Template {
 	t, err := s.Template(want.ID)
-	if err != nil || t.Recipe != want.Recipe {
+	if err != nil || t.Recipe != want.Recipe || !slices.Equal(t.Layers[:max(0, len(t.Layers)-1)], want.Layers) {
 		return nil
 	}
 	if _, err := s.LayerDirs(t); err != nil {

@@ -70,6 +70,8 @@ var (
 	ErrInvalid   = buildspec.ErrInvalid
 	ErrConflict  = errors.New("conflict")
 	ErrForbidden = errors.New("forbidden")
+	// ErrUnavailable: a built-in template this node has not built yet.
+	ErrUnavailable = errors.New("unavailable")
 	// ErrTooLarge: an upload over a limit (413).
 	ErrTooLarge = errors.New("too large")
 )

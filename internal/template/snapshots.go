@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -111,7 +110,7 @@ func (b *Builder) snapshotName(ctx context.Context, teamID, name string) (alias,
 		}
 		tag = t
 	}
-	if alias == baseimage.TemplateID {
+	if builtinName(alias) {
 		return "", "", nil, fmt.Errorf("%w: the name %q is a built-in template's", ErrConflict, alias)
 	}
 	found, err := b.cfg.Store.TemplateByName(ctx, teamID, alias)

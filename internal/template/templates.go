@@ -175,7 +175,7 @@ func (b *Builder) templateForBuild(ctx context.Context, teamID, createdBy, name 
 		if !errors.Is(err, store.ErrNotFound) {
 			return store.Template{}, err
 		}
-		if _, err := b.builtin(name); err == nil {
+		if builtinName(name) {
 			return store.Template{}, fmt.Errorf("%w: the name %q is a built-in template's", ErrConflict, name)
 		}
 		now := time.Now()
@@ -305,12 +305,22 @@ type Resolved struct {
 func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, error) {
 	// Built-in first: no stored template can have its name (Create
 	// refuses it) or ID, and base is what most creates ask for.
+	var unbuilt error
 	if name, tag := splitRef(ref); tag == "" || tag == DefaultTag || tag == "latest" {
-		if img, err := b.builtin(name); err == nil {
+		img, err := b.builtin(name)
+		if err == nil {
 			return Resolved{TemplateID: img.ID, Alias: img.ID, Image: img}, nil
+		}
+		if errors.Is(err, ErrUnavailable) {
+			unbuilt = err
 		}
 	}
 	t, tag, err := b.lookup(ctx, teamID, ref)
+	if errors.Is(err, ErrNotFound) && unbuilt != nil {
+		// A team's template of an older Warren may have the name; if
+		// not, the built-in one is coming.
+		return Resolved{}, unbuilt
+	}
 	if err != nil {
 		return Resolved{}, err
 	}
@@ -383,6 +393,9 @@ func (b *Builder) SandboxTemplate(ctx context.Context, teamID, ref string) (sand
 	r, err := b.Resolve(ctx, teamID, ref)
 	if errors.Is(err, ErrNotFound) {
 		return sandbox.Template{}, fmt.Errorf("%w: %v", sandbox.ErrTemplateNotFound, err)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return sandbox.Template{}, fmt.Errorf("%w: %v", sandbox.ErrNodeUnavailable, err)
 	}
 	if err != nil {
 		return sandbox.Template{}, err
@@ -638,12 +651,24 @@ func (b *Builder) Status(ctx context.Context, teamID, templateID, buildID string
 	return Status{Build: bd, Logs: logs}, nil
 }
 
-// builtin returns a built-in template (base), which every team may use.
+// builtin returns a built-in template (base, code-interpreter-v1), which
+// every team may use. One that `warren setup` has not built (yet) is
+// ErrUnavailable.
 func (b *Builder) builtin(name string) (*image.Template, error) {
-	if name != baseimage.TemplateID {
+	if !builtinName(name) {
 		return nil, fmt.Errorf("%w: template %q", ErrNotFound, name)
 	}
-	return b.cfg.Images.Template(name)
+	t, err := b.cfg.Images.Template(name)
+	if err != nil && name == baseimage.CodeInterpreterID {
+		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it)", ErrUnavailable, name)
+	}
+	return t, err
+}
+
+// builtinName tells whether name is a built-in template's, which no
+// team's template may take.
+func builtinName(name string) bool {
+	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID
 }
 
 // RebuildRequest is POST /templates/{templateID}: a new build of the

@@ -44,11 +44,18 @@ export function newDataDir(at) {
   }
   for (const d of ['bin', 'layers', 'templates']) mkdirSync(path.join(dir, d))
   symlinkSync(path.join(installed, 'bin', 'runsc'), path.join(dir, 'bin', 'runsc'))
-  const base = readFileSync(path.join(installed, 'templates', 'base.json'))
-  for (const layer of JSON.parse(base).layers) {
-    symlinkSync(path.join(installed, 'layers', layer), path.join(dir, 'layers', layer))
+  // The built-in templates `warren setup` made: base, and
+  // code-interpreter-v1 when it was built.
+  for (const name of ['base.json', 'code-interpreter-v1.json']) {
+    const file = path.join(installed, 'templates', name)
+    if (name !== 'base.json' && !existsSync(file)) continue
+    const t = readFileSync(file)
+    for (const layer of JSON.parse(t).layers) {
+      const link = path.join(dir, 'layers', layer)
+      if (!existsSync(link)) symlinkSync(path.join(installed, 'layers', layer), link)
+    }
+    writeFileSync(path.join(dir, 'templates', name), t)
   }
-  writeFileSync(path.join(dir, 'templates', 'base.json'), base)
   return dir
 }
 
