@@ -1,0 +1,141 @@
+// @e2b/code-interpreter, unchanged, against Warren's code-interpreter-v1
+// template: envd's code interpreter on port 49999 (internal/codeinterp)
+// with real Jupyter kernels, through the sandbox proxy.
+import { afterAll, beforeAll, expect, inject, test } from 'vitest'
+import { Sandbox } from '@e2b/code-interpreter'
+
+let sbx
+
+beforeAll(async () => {
+  // The SDK's default template is code-interpreter-v1.
+  sbx = await Sandbox.create({ timeoutMs: 300_000 })
+}, 120_000)
+
+afterAll(async () => {
+  await sbx?.kill()
+})
+
+test('the default template is code-interpreter-v1', async () => {
+  const info = await sbx.getInfo()
+  expect(info.templateId).toBe('code-interpreter-v1')
+})
+
+test('a value, and state across cells', async () => {
+  const first = await sbx.runCode('x = 1; x')
+  expect(first.text).toBe('1')
+  expect(first.results[0].isMainResult).toBe(true)
+  expect(first.executionCount).toBeGreaterThan(0)
+  const second = await sbx.runCode('x += 41; x')
+  expect(second.text).toBe('42')
+  expect(second.executionCount).toBe(first.executionCount + 1)
+})
+
+test('stdout and stderr reach the callbacks and the logs', async () => {
+  const out = []
+  const err = []
+  const ex = await sbx.runCode('import sys\nprint("to stdout")\nprint("to stderr", file=sys.stderr)', {
+    onStdout: (m) => out.push(m.line),
+    onStderr: (m) => err.push(m.line),
+  })
+  expect(out.join('')).toBe('to stdout\n')
+  expect(err.join('')).toBe('to stderr\n')
+  expect(ex.logs.stdout.join('')).toBe('to stdout\n')
+  expect(ex.logs.stderr.join('')).toBe('to stderr\n')
+  expect(ex.error).toBeUndefined()
+})
+
+test('an exception: its name, value and traceback', async () => {
+  const errors = []
+  const ex = await sbx.runCode('def divide(a):\n    return a / 0\ndivide(1)', { onError: (e) => errors.push(e) })
+  expect(ex.error.name).toBe('ZeroDivisionError')
+  expect(ex.error.value).toBe('division by zero')
+  expect(ex.error.traceback).toContain('divide')
+  expect(errors).toHaveLength(1)
+  expect(ex.text).toBeUndefined()
+})
+
+test('display outputs beside the main result', async () => {
+  const ex = await sbx.runCode('from IPython.display import display, HTML, Markdown\ndisplay(HTML("<b>bold</b>"))\ndisplay(Markdown("# title"))\n"done"')
+  const html = ex.results.find((r) => r.html)
+  expect(html.html).toBe('<b>bold</b>')
+  expect(html.isMainResult).toBe(false)
+  expect(ex.results.find((r) => r.markdown).markdown).toBe('# title')
+  expect(ex.text).toBe('done')
+})
+
+test('a matplotlib figure comes back as a PNG', async () => {
+  const ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.show()')
+  expect(ex.error).toBeUndefined()
+  const png = ex.results.find((r) => r.png)
+  expect(png).toBeDefined()
+  expect(Buffer.from(png.png, 'base64').subarray(1, 4).toString()).toBe('PNG')
+})
+
+test('cells run as user in /home/user, with numpy and pandas', async () => {
+  const ex = await sbx.runCode('import getpass, os, numpy, pandas\n(getpass.getuser(), os.getcwd(), int(numpy.arange(4).sum()), len(pandas.DataFrame({"a": [1, 2]})))')
+  expect(ex.error).toBeUndefined()
+  expect(ex.text).toBe("('user', '/home/user', 6, 2)")
+})
+
+test('contexts: cwd, isolation, list, restart, remove', async () => {
+  const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+  expect(ctx.id).toBeTruthy()
+  expect(ctx.language).toBe('python')
+  expect(ctx.cwd).toBe('/tmp')
+  expect((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text).toBe('/tmp')
+
+  await sbx.runCode('only_here = 5', { context: ctx })
+  expect((await sbx.runCode('only_here', { context: ctx })).text).toBe('5')
+  const elsewhere = await sbx.runCode('only_here')
+  expect(elsewhere.error.name).toBe('NameError')
+
+  const list = await sbx.listCodeContexts()
+  expect(list.map((c) => c.id)).toContain(ctx.id)
+
+  await sbx.restartCodeContext(ctx)
+  expect((await sbx.runCode('only_here', { context: ctx })).error.name).toBe('NameError')
+
+  await sbx.removeCodeContext(ctx)
+  expect((await sbx.listCodeContexts()).map((c) => c.id)).not.toContain(ctx.id)
+  await expect(sbx.runCode('1', { context: ctx })).rejects.toThrow(/not found/)
+})
+
+test('a context and a language together are refused by the SDK', async () => {
+  const ctx = await sbx.createCodeContext()
+  try {
+    await expect(sbx.runCode('1', { context: ctx, language: 'python' })).rejects.toThrow(/context or language/)
+  } finally {
+    await sbx.removeCodeContext(ctx)
+  }
+})
+
+test('env vars of one run apply to that run only', async () => {
+  const code = 'import os; os.environ.get("PER_RUN")'
+  expect((await sbx.runCode(code, { envs: { PER_RUN: 'here' } })).text).toBe('here')
+  expect((await sbx.runCode(code)).text).toBe('None')
+})
+
+test('a cell past its timeoutMs is cut, and the next cell answers at once', async () => {
+  await sbx.runCode('kept = "state kept"')
+  await expect(sbx.runCode('import time\ntime.sleep(300)', { timeoutMs: 2_000 })).rejects.toThrow(/timed out/i)
+  // Not a timing assertion: had the kernel not been interrupted, this
+  // cell would wait for the 300 s sleep and fail its own timeout.
+  const next = await sbx.runCode('kept', { timeoutMs: 30_000 })
+  expect(next.text).toBe('state kept')
+})
+
+test('/execute needs the envd access token', async () => {
+  const { sandboxUrl } = inject('warren')
+  const res = await fetch(`${sandboxUrl}/execute`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+    body: JSON.stringify({ code: '1' }),
+  })
+  expect(res.status).toBe(401)
+})
+
+test('a cell that kills its kernel ends with an error, and the context lives on', async () => {
+  const ex = await sbx.runCode('import os, signal\nos.kill(os.getpid(), signal.SIGKILL)')
+  expect(ex.error.name).toBe('KernelDied')
+  expect((await sbx.runCode('1 + 1')).text).toBe('2')
+})
