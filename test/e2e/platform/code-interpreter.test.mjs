@@ -110,7 +110,7 @@ test('a context and a language together are refused by the SDK', async () => {
 })
 
 test('env vars of one run apply to that run only', async () => {
-  const code = 'import os; os.environ.get("PER_RUN")'
+  const code = 'import os; str(os.environ.get("PER_RUN"))'
   expect((await sbx.runCode(code, { envs: { PER_RUN: 'here' } })).text).toBe('here')
   expect((await sbx.runCode(code)).text).toBe('None')
 })
