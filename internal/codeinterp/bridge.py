@@ -7,7 +7,9 @@
 #   argv:   bridge.py <language> <cwd> <rundir>
 #   stdout: {"type":"ready"} or {"type":"fatal","message":...} first; then,
 #           per execute, the wire events of E2B's /execute (stdout, stderr,
-#           result, error, number_of_executions) and {"type":"end"}.
+#           result, error, number_of_executions) and {"type":"end"}, with
+#           "dead": true when this bridge exits after it (its kernel died
+#           and could not be replaced).
 #   stdin:  {"op":"execute","code":...,"env":{...}} runs a cell;
 #           {"op":"interrupt"} sends SIGINT to the kernel at once (read by a
 #           thread of its own, so that it reaches a running cell).
@@ -15,9 +17,12 @@
 # The kernel is this process's child in this process's group: the server
 # ends a context by killing the group. Written for Warren; runs as the
 # sandbox's user.
+import codecs
+import datetime
 import json
 import os
 import queue
+import shlex
 import signal
 import subprocess
 import sys
@@ -239,8 +244,123 @@ class Kernel:
             self.start()
         except Exception as e:  # the next execute finds the context dead
             emit({"type": "error", "name": "KernelDied", "value": "restarting the kernel failed: %s" % e, "traceback": ""})
-            emit({"type": "end"})
+            emit({"type": "end", "dead": True})
             sys.exit(1)
+
+
+class BashShell:
+    """A bash context: one long-lived bash that sources each cell, so that
+    variables, functions and the working directory carry over. It shares
+    the bridge's process group, and an interrupt is SIGINT to the group:
+    the running command dies, bash's trap ends the cell, the bridge
+    ignores it."""
+
+    def __init__(self, cwd, rundir):
+        self.cwd = cwd
+        self.rundir = rundir
+        self.proc = None
+        self.base_env = dict(os.environ)
+        self.lock = threading.Lock()
+        self.current = None  # the running cell: its marker and done events
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["/bin/bash", "--noprofile", "--norc"],
+            cwd=self.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        # A cell's interrupt returns from the cell's source, not from bash.
+        self.proc.stdin.write(b"trap 'return 130 2>/dev/null' INT\n")
+        self.proc.stdin.flush()
+        for pipe, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+            threading.Thread(target=self.relay, args=(pipe, name), daemon=True).start()
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def interrupt(self):
+        os.killpg(os.getpgid(0), signal.SIGINT)
+
+    def died(self):
+        return self.proc is None or self.proc.poll() is not None
+
+    def relay(self, pipe, name):
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        buf = b""
+        while True:
+            chunk = pipe.read1(65536)
+            if not chunk:
+                return
+            buf += chunk
+            cell = self.current
+            if cell is None:
+                buf = b""  # a background job's output between cells
+                continue
+            marker = b"\n" + cell["marker"]
+            i = buf.find(marker)
+            if i >= 0:
+                end = buf.find(b"\n", i + len(marker))
+                if end < 0:
+                    continue
+                text = decoder.decode(buf[:i], final=True)
+                if text:
+                    emit({"type": name, "text": text, "timestamp": now()})
+                status = buf[i + len(marker):end].strip()
+                if name == "stdout":
+                    cell["status"] = int(status or b"0")
+                buf = b""
+                cell[name].set()
+                continue
+            # Hold back only what could be the start of the marker.
+            keep = next((k for k in range(min(len(buf), len(marker) - 1), 0, -1) if buf.endswith(marker[:k])), 0)
+            text = decoder.decode(buf[:len(buf) - keep])
+            buf = buf[len(buf) - keep:]
+            if text:
+                emit({"type": name, "text": text, "timestamp": now()})
+
+    def execute(self, code, env):
+        marker = ("__warren_end_%s__" % os.urandom(8).hex()).encode()
+        path = os.path.join(self.rundir, "cell.sh")
+        with open(path, "w") as f:
+            f.write(code)
+            f.write("\n")
+        sets = "".join("export %s=%s; " % (k, shlex.quote(v)) for k, v in env.items() if valid_name(k))
+        restore = "".join(
+            ("export %s=%s; " % (k, shlex.quote(self.base_env[k])) if k in self.base_env else "unset %s; " % k)
+            for k in env if valid_name(k)
+        )
+        line = "%s. %s; __warren_rc=$?; %sprintf '\\n%%s %%d\\n' %s \"$__warren_rc\"; printf '\\n%%s\\n' %s >&2\n" % (
+            sets, shlex.quote(path), restore, marker.decode(), marker.decode())
+        cell = {"marker": marker, "stdout": threading.Event(), "stderr": threading.Event(), "status": 0}
+        self.current = cell
+        self.count = getattr(self, "count", 0) + 1
+        emit({"type": "number_of_executions", "execution_count": self.count})
+        try:
+            self.proc.stdin.write(line.encode())
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+        while not (cell["stdout"].wait(0.5) and cell["stderr"].wait(0.5)):
+            if self.died():
+                self.current = None
+                emit({"type": "error", "name": "KernelDied", "value": "bash exited (status %s); its state is lost" % self.proc.returncode, "traceback": ""})
+                emit({"type": "end", "dead": True})
+                sys.exit(1)
+        self.current = None
+        if cell["status"] != 0:
+            emit({"type": "error", "name": "Error", "value": "exit status %d" % cell["status"], "traceback": ""})
+
+
+def valid_name(k):
+    return k.replace("_", "a").isalnum() and not k[0].isdigit()
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
 def read_ops(kernel, ops):
@@ -258,13 +378,15 @@ def read_ops(kernel, ops):
 
 def main():
     language, cwd, rundir = sys.argv[1], sys.argv[2], sys.argv[3]
-    if language != "python":
+    if language not in ("python", "bash"):
         emit({"type": "fatal", "message": "unsupported language %r" % language})
         return 1
     if not os.path.isdir(cwd):
         emit({"type": "fatal", "message": "cwd %s is not a directory this user can use" % cwd})
         return 1
-    kernel = Kernel(cwd, rundir)
+    # An interrupt of a bash cell is SIGINT to this process group.
+    signal.signal(signal.SIGINT, lambda *_: None)
+    kernel = (BashShell if language == "bash" else Kernel)(cwd, rundir)
     try:
         kernel.start()
     except Exception as e:

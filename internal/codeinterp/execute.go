@@ -50,7 +50,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	} else {
 		language := normalizeLanguage(req.Language)
 		if !supported[language] {
-			plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python)", req.Language))
+			plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash)", req.Language))
 			return
 		}
 		if c, err = s.defaultContext(language); err != nil {
@@ -148,10 +148,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k *kernel) {
 				write(endLine)
 				return
 			}
-			var ev struct{ Type string }
+			var ev struct {
+				Type string
+				Dead bool
+			}
 			_ = json.Unmarshal(line, &ev)
 			switch ev.Type {
 			case "end":
+				if ev.Dead { // the next execution must not reach this bridge
+					k.kill()
+				}
 				write(endLine)
 				return
 			case "stdout", "stderr", "result":

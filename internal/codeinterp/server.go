@@ -260,7 +260,7 @@ func normalizeLanguage(l string) string {
 	return l
 }
 
-var supported = map[string]bool{"python": true}
+var supported = map[string]bool{"python": true, "bash": true}
 
 // execContext is one context: a kernel, started on demand, and the turn
 // of its executions.
@@ -417,7 +417,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	language := normalizeLanguage(req.Language)
 	if !supported[language] {
-		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python)", req.Language))
+		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash)", req.Language))
 		return
 	}
 	cwd, err := s.checkCwd(req.Cwd)

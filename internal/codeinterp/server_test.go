@@ -73,9 +73,11 @@ func (x execution) text() string {
 	return ""
 }
 
-func (x execution) stdout() string {
+func (x execution) stdout() string { return x.joined("stdout") }
+
+func (x execution) joined(typ string) string {
 	var b strings.Builder
-	for _, e := range x.of("stdout") {
+	for _, e := range x.of(typ) {
 		b.WriteString(e.str("text"))
 	}
 	return b.String()
@@ -372,6 +374,59 @@ func TestOutputIsBounded(t *testing.T) {
 	}
 	if got := run(t, hs, code("1 + 1")).text(); got != "2" {
 		t.Errorf("after a huge output: %q", got)
+	}
+}
+
+func TestBashCells(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	bash := func(c string, env map[string]string) execution {
+		return run(t, hs, map[string]any{"code": c, "language": "bash", "env_vars": env})
+	}
+	x := bash("GREETING=hello\ncd /tmp\necho \"$GREETING\"\necho oops >&2\nprintf 'no newline'", nil)
+	if got := x.stdout(); got != "hello\nno newline" {
+		t.Errorf("stdout = %q (events %v)", got, x.events)
+	}
+	if got := x.joined("stderr"); got != "oops\n" {
+		t.Errorf("stderr = %q", got)
+	}
+	if len(x.of("error")) != 0 {
+		t.Errorf("errors: %v", x.of("error"))
+	}
+	if got := bash("echo \"$GREETING $(pwd) ${RUN_ONLY:-unset} $SANDBOX_WIDE\"", map[string]string{"RUN_ONLY": "it's set", "SANDBOX_WIDE": "over"}).stdout(); got != "hello /tmp it's set over\n" {
+		t.Errorf("state and env vars: %q", got)
+	}
+	if got := bash("echo \"${RUN_ONLY:-unset} $SANDBOX_WIDE\"", nil).stdout(); got != "unset yes\n" {
+		t.Errorf("after the run with env vars: %q", got)
+	}
+	x = bash("false", nil)
+	if e := x.of("error"); len(e) != 1 || e[0].str("value") != "exit status 1" {
+		t.Errorf("a failing command: %v", x.events)
+	}
+
+	// A client that gives up interrupts the cell; the shell lives on.
+	ctx, cancel := context.WithCancel(context.Background())
+	res := post(t, ctx, hs.URL+"/execute", map[string]any{"code": "echo started; sleep 600; echo not reached", "language": "bash"}, testToken)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+	}
+	cancel()
+	res.Body.Close()
+	done := make(chan execution, 1)
+	go func() { done <- bash("echo $GREETING", nil) }()
+	select {
+	case x := <-done:
+		if x.stdout() != "hello\n" {
+			t.Fatalf("after the interrupt: %v", x.events)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the next bash cell waited for the abandoned one")
+	}
+	// exit ends the shell: an error, then a new shell.
+	if e := bash("exit 3", nil).of("error"); len(e) != 1 {
+		t.Errorf("exit: %v", e)
+	}
+	if got := bash("echo ${GREETING:-fresh}", nil).stdout(); got != "fresh\n" {
+		t.Errorf("after exit: %q (%v)", got, bash("echo again", nil).events)
 	}
 }
 

@@ -139,3 +139,18 @@ test('a cell that kills its kernel ends with an error, and the context lives on'
   expect(ex.error.name).toBe('KernelDied')
   expect((await sbx.runCode('1 + 1')).text).toBe('2')
 })
+
+test('bash cells keep their shell\'s state; a failing command is an error', async () => {
+  const first = await sbx.runCode('NAME=warren\ncd /tmp\necho "hello $NAME"', { language: 'bash' })
+  expect(first.logs.stdout.join('')).toBe('hello warren\n')
+  expect(first.error).toBeUndefined()
+  const second = await sbx.runCode('echo "$NAME in $(pwd) as $(whoami)"', { language: 'bash' })
+  expect(second.logs.stdout.join('')).toBe('warren in /tmp as user\n')
+  const failing = await sbx.runCode('ls /no/such/dir', { language: 'bash' })
+  expect(failing.logs.stderr.join('')).toContain('No such file')
+  expect(failing.error.value).toBe('exit status 2')
+  const ctx = await sbx.createCodeContext({ language: 'bash', cwd: '/home/user' })
+  expect(ctx.language).toBe('bash')
+  expect((await sbx.runCode('pwd', { context: ctx })).logs.stdout.join('')).toBe('/home/user\n')
+  await sbx.removeCodeContext(ctx)
+})
