@@ -116,6 +116,10 @@ class Kernel:
             tail = self.stderr_tail.decode("utf-8", "replace").strip()
             raise RuntimeError("the kernel did not start: %s%s" % (e, "; its stderr ended with: " + tail if tail else ""))
         self.client = kc
+        # Warren's e2b/data and e2b/chart formatters (formatters.py, beside
+        # this file), in a namespace of their own.
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "formatters.py")
+        self.run_silent("exec(compile(open(%r).read(), %r, 'exec'), {'__name__': '__warren_formatters__'})" % (path, path))
 
     def wait_ready(self, kc, timeout):
         # Not kc.wait_for_ready: without a kernel manager it takes a

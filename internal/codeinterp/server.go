@@ -4,7 +4,8 @@
 //
 // Each context is one Jupyter kernel (ipykernel) started by a small Python
 // bridge of Warren's own (bridge.py, embedded here and written into a
-// root-owned directory at start) that speaks Jupyter's messaging protocol
+// root-owned directory at start, with formatters.py: the IPython
+// formatters of E2B's e2b/data and e2b/chart results) that speaks Jupyter's messaging protocol
 // with Debian's jupyter_client and JSON lines with this server over its
 // stdin and stdout. A bridge rather than ZeroMQ from Go: jupyter_client is
 // the protocol's reference client and is packaged by Debian, while Go's
@@ -53,6 +54,9 @@ const MarkerPath = "/etc/warren/code-interpreter"
 
 //go:embed bridge.py
 var bridgeScript []byte
+
+//go:embed formatters.py
+var formattersScript []byte
 
 // Config configures a Server.
 type Config struct {
@@ -162,13 +166,16 @@ func New(cfg Config) (*Server, error) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("codeinterp: run dir: %w", err)
 	}
+	for name, content := range map[string][]byte{"bridge.py": bridgeScript, "formatters.py": formattersScript} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p+".tmp", content, 0o644); err != nil {
+			return nil, fmt.Errorf("codeinterp: writing %s: %w", name, err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return nil, fmt.Errorf("codeinterp: writing %s: %w", name, err)
+		}
+	}
 	bridge := filepath.Join(dir, "bridge.py")
-	if err := os.WriteFile(bridge+".tmp", bridgeScript, 0o644); err != nil {
-		return nil, fmt.Errorf("codeinterp: writing the bridge: %w", err)
-	}
-	if err := os.Rename(bridge+".tmp", bridge); err != nil {
-		return nil, fmt.Errorf("codeinterp: writing the bridge: %w", err)
-	}
 	s := &Server{cfg: cfg, runDir: dir, bridgePath: bridge, contexts: map[string]*execContext{}, defaults: map[string]string{}}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /health", s.health)

@@ -154,3 +154,81 @@ test('bash cells keep their shell\'s state; a failing command is an error', asyn
   expect((await sbx.runCode('pwd', { context: ctx })).logs.stdout.join('')).toBe('/home/user\n')
   await sbx.removeCodeContext(ctx)
 })
+
+test('a DataFrame comes back with its data and html', async () => {
+  const ex = await sbx.runCode('import pandas as pd\npd.DataFrame({"city": ["Oslo", "Lima"], "temp": [3.5, 19.0]})')
+  expect(ex.error).toBeUndefined()
+  const r = ex.results[0]
+  expect(r.data).toEqual({ city: ['Oslo', 'Lima'], temp: [3.5, 19.0] })
+  expect(r.html).toContain('<table')
+  expect(r.html).toContain('Oslo')
+})
+
+// Each chart kind is recognised with its data, and has its PNG.
+async function chart(code) {
+  const ex = await sbx.runCode(`import matplotlib.pyplot as plt\n${code}\nplt.show()`)
+  expect(ex.error).toBeUndefined()
+  const r = ex.results.find((x) => x.chart)
+  expect(r, 'a result with a chart').toBeDefined()
+  expect(Buffer.from(r.png, 'base64').subarray(1, 4).toString()).toBe('PNG')
+  return r.chart
+}
+
+test('a line chart', async () => {
+  const c = await chart('plt.plot([1, 2, 3], [10, 20, 15], label="sales")\nplt.title("Sales")\nplt.xlabel("Month")\nplt.ylabel("Revenue (USD)")')
+  expect(c.type).toBe('line')
+  expect(c.title).toBe('Sales')
+  expect(c.x_label).toBe('Month')
+  expect(c.y_label).toBe('Revenue (USD)')
+  expect(c.y_unit).toBe('USD')
+  expect(c.x_scale).toBe('linear')
+  expect(c.elements).toEqual([{ label: 'sales', points: [[1, 10], [2, 20], [3, 15]] }])
+  expect(c.x_ticks.length).toBe(c.x_tick_labels.length)
+})
+
+test('a scatter chart', async () => {
+  const c = await chart('plt.scatter([1, 2], [3, 4], label="a")\nplt.scatter([5], [6], label="b")')
+  expect(c.type).toBe('scatter')
+  expect(c.elements).toEqual([{ label: 'a', points: [[1, 3], [2, 4]] }, { label: 'b', points: [[5, 6]] }])
+})
+
+test('a bar chart', async () => {
+  const c = await chart('plt.bar(["A", "B", "C"], [5, 7, 3], label="2024")\nplt.title("Votes")')
+  expect(c.type).toBe('bar')
+  expect(c.title).toBe('Votes')
+  expect(c.elements).toEqual([
+    { label: 'A', value: '5', group: '2024' },
+    { label: 'B', value: '7', group: '2024' },
+    { label: 'C', value: '3', group: '2024' },
+  ])
+})
+
+test('a pie chart', async () => {
+  const c = await chart('plt.pie([1, 3], labels=["one", "three"])')
+  expect(c.type).toBe('pie')
+  expect(c.elements.map((e) => e.label)).toEqual(['one', 'three'])
+  expect(c.elements[0].angle).toBeCloseTo(90)
+  expect(c.elements[1].angle).toBeCloseTo(270)
+  expect(c.elements[0].radius).toBe(1)
+})
+
+test('a box plot', async () => {
+  const c = await chart('plt.boxplot([[1, 2, 3, 4, 5, 40], [2, 4, 6, 8, 10]], labels=["x", "y"])')
+  expect(c.type).toBe('box_and_whisker')
+  expect(c.elements).toHaveLength(2)
+  const [x, y] = c.elements
+  expect(x.label).toBe('x')
+  expect(x.median).toBe(3.5)
+  expect(x.outliers).toEqual([40])
+  expect(x.min).toBe(1)
+  expect(x.max).toBe(5)
+  expect(y.label).toBe('y')
+  expect(y).toMatchObject({ min: 2, first_quartile: 4, median: 6, third_quartile: 8, max: 10, outliers: [] })
+})
+
+test('several axes make a superchart', async () => {
+  const c = await chart('fig, (a, b) = plt.subplots(1, 2)\nfig.suptitle("Both")\na.plot([1, 2], [3, 4])\nb.bar(["p"], [1])')
+  expect(c.type).toBe('superchart')
+  expect(c.title).toBe('Both')
+  expect(c.elements.map((e) => e.type)).toEqual(['line', 'bar'])
+})
