@@ -9,6 +9,9 @@ package noderpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
@@ -58,7 +62,7 @@ type Served struct {
 // which says only that the node serves.
 func Handler(s Served, auth *cluster.Auth) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}))
+	mux.Handle(nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes)))
 	fromClient := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a := r.Header.Get(ClientAddrHeader); a != "" {
@@ -87,15 +91,21 @@ func Handler(s Served, auth *cluster.Auth) http.Handler {
 }
 
 // service serves NodeService on a sandbox manager.
-type service struct{ m Sandboxes }
+type service struct {
+	m Sandboxes
+	// creates are the recent creates, for AbandonCreate (creates.go).
+	creates *createLog
+}
 
-var _ nodev1connect.NodeServiceHandler = service{}
+func newService(m Sandboxes) *service { return &service{m: m, creates: newCreateLog()} }
+
+var _ nodev1connect.NodeServiceHandler = (*service)(nil)
 
 func ms(n int64) time.Duration               { return time.Duration(n) * time.Millisecond }
 func unixMS(n int64) time.Time               { return time.UnixMilli(n) }
 func reply[T any](m *T) *connect.Response[T] { return connect.NewResponse(m) }
 
-func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
+func (s *service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
 	r := req.Msg
 	cr := sandbox.CreateRequest{
 		TeamID: r.TeamId, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
@@ -116,30 +126,82 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 		}
 		cr.Extra.Network.EgressProxy.Password = r.EgressProxyPassword
 	}
+	return s.create(ctx, r.RequestId, cr)
+}
+
+// create makes the sandbox of a CreateSandbox named request (""
+// unnamed), and answers it only when the api may take the answer: what a
+// create abandoned meanwhile, or whose caller is gone, made is killed.
+func (s *service) create(ctx context.Context, request string, cr sandbox.CreateRequest) (*connect.Response[nodev1.CreateSandboxResponse], error) {
+	if request != "" {
+		if !validRequestID(request) {
+			return nil, toConnect(sandboxInvalid("a request ID is 1 to 64 letters, digits, '-' and '_'"))
+		}
+		if err := s.creates.begin(cr.TeamID, request); err != nil {
+			return nil, toConnect(err)
+		}
+	}
 	rec, err := s.m.Create(ctx, cr)
+	abandoned := request != "" && s.creates.end(cr.TeamID, request, rec.ID)
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	b, err := json.Marshal(rec)
+	switch {
+	case abandoned:
+		err = errAbandoned
+	case ctx.Err() != nil:
+		err = fmt.Errorf("%w: the api is gone (%v)", sandbox.ErrConflict, context.Cause(ctx))
+	}
 	if err != nil {
+		if request != "" {
+			s.creates.abandon(cr.TeamID, request) // a later AbandonCreate has nothing to do
+		}
+		s.discard(ctx, rec, err)
 		return nil, toConnect(err)
 	}
 	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
 }
 
-func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
+// discard kills a sandbox made for an api that will not take it, whatever
+// ctx (the api's call) says.
+func (s *service) discard(ctx context.Context, rec store.Sandbox, why error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	log := slog.Default()
+	if err := s.m.Kill(ctx, rec.TeamID, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		log.ErrorContext(ctx, "noderpc: killing a sandbox whose create the api did not take failed; it runs until its timeout", "sandbox", rec.ID, "team", rec.TeamID, "why", why, "err", err)
+		return
+	}
+	log.InfoContext(ctx, "noderpc: killed a sandbox whose create the api did not take", "sandbox", rec.ID, "team", rec.TeamID, "why", why)
+}
+
+// AbandonCreate kills what the named create made, or has it killed when
+// it ends, or refused if it has not begun.
+func (s *service) AbandonCreate(ctx context.Context, req *connect.Request[nodev1.AbandonCreateRequest]) (*connect.Response[nodev1.AbandonCreateResponse], error) {
+	r := req.Msg
+	if r.TeamId == "" || !validRequestID(r.RequestId) {
+		return nil, toConnect(sandboxInvalid(errNoRequestID.Error()))
+	}
+	if id := s.creates.abandon(r.TeamId, r.RequestId); id != "" {
+		s.discard(ctx, store.Sandbox{ID: id, TeamID: r.TeamId}, errAbandoned)
+	}
+	return reply(&nodev1.AbandonCreateResponse{}), nil
+}
+
+func (s *service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
 	return reply(&nodev1.KillSandboxResponse{}), toConnect(s.m.Kill(ctx, req.Msg.TeamId, req.Msg.SandboxId))
 }
 
-func (s service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
+func (s *service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
 	return reply(&nodev1.SetTimeoutResponse{}), toConnect(s.m.SetTimeout(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs)))
 }
 
-func (s service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
+func (s *service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
 	return reply(&nodev1.RefreshResponse{}), toConnect(s.m.Refresh(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.DurationMs)))
 }
 
-func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
+func (s *service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
 	rec, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
 	if err != nil {
 		return nil, toConnect(err)
@@ -151,7 +213,7 @@ func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.Connec
 	return reply(&nodev1.ConnectResponse{Resumed: resumed, SandboxJson: string(b)}), nil
 }
 
-func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
+func (s *service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
 	paused, err := s.m.Pause(ctx, req.Msg.TeamId, req.Msg.SandboxId, req.Msg.KeepMemory)
 	if err != nil {
 		return nil, toConnect(err)
@@ -159,7 +221,7 @@ func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseReq
 	return reply(&nodev1.PauseResponse{Paused: paused}), nil
 }
 
-func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
+func (s *service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
 	r := req.Msg
 	rec, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
 	if err != nil {
@@ -172,7 +234,7 @@ func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeR
 	return reply(&nodev1.ResumeResponse{SandboxJson: string(b)}), nil
 }
 
-func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
+func (s *service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
 	r := req.Msg
 	res, err := s.m.Fork(ctx, r.TeamId, r.SandboxId, ms(r.TimeoutMs), int(r.Count))
 	if err != nil {
@@ -189,7 +251,7 @@ func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkReque
 	return reply(out), nil
 }
 
-func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
+func (s *service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
 	r := req.Msg
 	ms, err := s.m.Metrics(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), unixMS(r.EndUnixMs))
 	if err != nil {
@@ -203,7 +265,7 @@ func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.Metric
 	return reply(out), nil
 }
 
-func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
+func (s *service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
 	r := req.Msg
 	es, err := s.m.Logs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
@@ -216,7 +278,7 @@ func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsReque
 	return reply(out), nil
 }
 
-func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
+func (s *service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
 	r := req.Msg
 	var u sandbox.NetworkUpdate
 	if err := json.Unmarshal([]byte(r.UpdateJson), &u); err != nil {
@@ -231,7 +293,7 @@ func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.
 	return reply(&nodev1.UpdateNetworkResponse{}), toConnect(s.m.UpdateNetwork(ctx, r.TeamId, r.SandboxId, u))
 }
 
-func (s service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
+func (s *service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
 	r := req.Msg
 	es, err := s.m.NetworkLogs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
