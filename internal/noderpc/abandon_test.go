@@ -25,7 +25,7 @@ import (
 // create can be called back), and which keeps what they made until it
 // is killed.
 type slowCreator struct {
-	Sandboxes // the rest is never called
+	Sandboxes             // the rest is never called
 	started   chan string // a create began
 	ended     chan string // a create returned
 	release   chan struct{}
@@ -103,7 +103,7 @@ func abandonNode(t *testing.T, f *slowCreator, wrap func(http.RoundTripper) http
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(Served{Sandboxes: f, Traffic: http.NotFoundHandler()}, auth))
+	srv := httptest.NewServer(Handler(Served{Sandboxes: f, Traffic: http.NotFoundHandler()}, auth.Guard("n1")))
 	t.Cleanup(srv.Close)
 	var mu sync.Mutex
 	abandons := new(int)

@@ -1,14 +1,21 @@
 package noderpc
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 )
 
 // Abandoned creates. An api that sends CreateSandbox may not take the
@@ -173,3 +180,63 @@ func (l *createLog) roomLocked() bool {
 
 // errNoRequestID: an AbandonCreate must name the create.
 var errNoRequestID = errors.New("a team and a request ID are required")
+
+// create makes the sandbox of a CreateSandbox named request (""
+// unnamed), and answers it only when the api may take the answer: what a
+// create abandoned meanwhile, or whose caller is gone, made is killed.
+func (s service) create(ctx context.Context, request string, cr sandbox.CreateRequest) (*connect.Response[nodev1.CreateSandboxResponse], error) {
+	if request != "" {
+		if !validRequestID(request) {
+			return nil, toConnect(sandboxInvalid("a request ID is 1 to 64 letters, digits, '-' and '_'"))
+		}
+		if err := s.creates.begin(cr.TeamID, request); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	rec, err := s.m.Create(ctx, cr)
+	abandoned := request != "" && s.creates.end(cr.TeamID, request, rec.ID)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	b, err := json.Marshal(rec)
+	switch {
+	case abandoned:
+		err = errAbandoned
+	case ctx.Err() != nil:
+		err = fmt.Errorf("%w: the api is gone (%v)", sandbox.ErrConflict, context.Cause(ctx))
+	}
+	if err != nil {
+		if request != "" {
+			s.creates.abandon(cr.TeamID, request) // a later AbandonCreate has nothing to do
+		}
+		s.discard(ctx, rec, err)
+		return nil, toConnect(err)
+	}
+	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
+}
+
+// discard kills a sandbox made for an api that will not take it, whatever
+// ctx (the api's call) says.
+func (s service) discard(ctx context.Context, rec store.Sandbox, why error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	log := slog.Default()
+	if err := s.m.Kill(ctx, rec.TeamID, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		log.ErrorContext(ctx, "noderpc: killing a sandbox whose create the api did not take failed; it runs until its timeout", "sandbox", rec.ID, "team", rec.TeamID, "why", why, "err", err)
+		return
+	}
+	log.InfoContext(ctx, "noderpc: killed a sandbox whose create the api did not take", "sandbox", rec.ID, "team", rec.TeamID, "why", why)
+}
+
+// AbandonCreate kills what the named create made, or has it killed when
+// it ends, or refused if it has not begun.
+func (s service) AbandonCreate(ctx context.Context, req *connect.Request[nodev1.AbandonCreateRequest]) (*connect.Response[nodev1.AbandonCreateResponse], error) {
+	r := req.Msg
+	if r.TeamId == "" || !validRequestID(r.RequestId) {
+		return nil, toConnect(sandboxInvalid(errNoRequestID.Error()))
+	}
+	if id := s.creates.abandon(r.TeamId, r.RequestId); id != "" {
+		s.discard(ctx, store.Sandbox{ID: id, TeamID: r.TeamId}, errAbandoned)
+	}
+	return reply(&nodev1.AbandonCreateResponse{}), nil
+}

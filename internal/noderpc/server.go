@@ -1,17 +1,17 @@
 // Package noderpc is the internal RPC between a cluster's api and node
 // processes (proto/node/v1): the node side serves NodeService on its
-// sandbox manager, beside the sandbox traffic the api's proxy forwards to
-// it, both behind the cluster's authentication; the api side is a Client
-// per node that turns the node's errors back into the sandbox manager's
-// (so the api answers them as a single server would).
+// sandbox manager, beside the sandbox traffic the api's proxy forwards,
+// the platform routes and the image pulls, all behind the cluster's
+// authentication and each to the requests signed for its purpose
+// (docs/cluster-security.md); the api side is a Client per node that
+// turns the node's errors back into the sandbox manager's (so the api
+// answers them as a single server would).
 package noderpc
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -19,9 +19,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/cluster"
-	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/store"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
@@ -32,54 +30,89 @@ type Sandboxes = api.Sandboxes
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
 
-// ClientAddrHeader carries, on forwarded sandbox traffic, the address of
-// the client the api's proxy took the request from: the node's proxy
-// budgets wrong tokens per client, not per api process. Only an
-// authenticated request's is believed.
+// ClientAddrHeader carries, on forwarded sandbox traffic and platform
+// requests, the address of the client the api took the request from:
+// the node budgets wrong tokens per client, not per api process. Only a
+// signed one (cluster.HeadersHeader lists it) on those purposes is
+// believed.
 const ClientAddrHeader = "Warren-Client-Addr"
 
-// PlatformPrefix is where a node serves the platform API's template
-// routes that an api forwards to it (builds run on nodes).
-const PlatformPrefix = "/platform"
+// maxRPCBody bounds a NodeService call's body: it is read whole, and its
+// proof checked, before the call is served.
+const maxRPCBody = 8 << 20
 
-// Served is what a node serves on its internal address.
+// platformPrefetch is how much of a platform request's body is read, and
+// so verified, before the platform API serves it: JSON bodies whole;
+// longer ones (uploads) are verified at their end, where a mismatch fails
+// their reader.
+const platformPrefetch = 1 << 20
+
+// Served is what a node serves on its internal address, each to the
+// requests signed for its purpose (cluster.Purpose) whatever their path.
 type Served struct {
-	// Sandboxes serves NodeService.
+	// Sandboxes serves NodeService (cluster.PurposeRPC).
 	Sandboxes Sandboxes
 	// Traffic is the node's own sandbox proxy: the sandbox traffic an
-	// api's proxy forwards (every path not below).
+	// api's proxy forwards (cluster.PurposeTraffic), its path the
+	// client's.
 	Traffic http.Handler
 	// Platform is the platform API, for the template routes an api
-	// forwards (under PlatformPrefix); nil: none.
+	// forwards (cluster.PurposePlatform, their own paths); nil: none.
 	Platform http.Handler
 	// Images serves built images to the other nodes
-	// (internal/imagepeer, under imagepeer.Prefix); nil: none.
+	// (internal/imagepeer, cluster.PurposeImages); nil: none.
 	Images http.Handler
 }
 
-// Handler is a node's internal address. Nothing is served without the
-// cluster's authentication but GET /health without it (the probes'),
-// which says only that the node serves.
-func Handler(s Served, auth *cluster.Auth) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes)))
-	fromClient := func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if a := r.Header.Get(ClientAddrHeader); a != "" {
-				r.RemoteAddr = a
-			}
+// Handler is a node's internal address. It dispatches on the purpose a
+// request was signed for (guard checks it), never on its path: sandbox
+// traffic for /warren.node.v1.NodeService/… or /images/… is sandbox
+// traffic. Nothing is served without the cluster's authentication but
+// GET /health without it (the probes'), which says only that the node
+// serves.
+func Handler(s Served, guard *cluster.Guard) http.Handler {
+	rpc := http.NewServeMux()
+	rpc.Handle(nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes)))
+	refuse := func(w http.ResponseWriter, code int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+	}
+	byPurpose := func(w http.ResponseWriter, r *http.Request) {
+		switch cluster.PurposeOf(r.Context()) {
+		case cluster.PurposeRPC:
 			r.Header.Del(ClientAddrHeader)
-			h.ServeHTTP(w, r)
-		})
+			if err := cluster.BufferBody(r, maxRPCBody); err != nil {
+				refuse(w, bodyStatus(err), "the call's body: "+err.Error())
+				return
+			}
+			rpc.ServeHTTP(w, r)
+		case cluster.PurposeTraffic:
+			fromClient(r)
+			s.Traffic.ServeHTTP(w, r)
+		case cluster.PurposePlatform:
+			if s.Platform == nil {
+				refuse(w, http.StatusNotFound, "this node serves no platform API")
+				return
+			}
+			fromClient(r)
+			if err := cluster.Prefetch(r, platformPrefetch); err != nil {
+				refuse(w, bodyStatus(err), "the request's body: "+err.Error())
+				return
+			}
+			s.Platform.ServeHTTP(w, r)
+		case cluster.PurposeImages:
+			r.Header.Del(ClientAddrHeader)
+			if s.Images == nil {
+				refuse(w, http.StatusNotFound, "this node serves no images")
+				return
+			}
+			s.Images.ServeHTTP(w, r)
+		default: // the guard lets no other through
+			refuse(w, http.StatusUnauthorized, "no purpose")
+		}
 	}
-	if s.Platform != nil {
-		mux.Handle(PlatformPrefix+"/", fromClient(http.StripPrefix(PlatformPrefix, s.Platform)))
-	}
-	if s.Images != nil {
-		mux.Handle(imagepeer.Prefix, s.Images)
-	}
-	mux.Handle("/", fromClient(s.Traffic))
-	authed := auth.Require(mux)
+	authed := guard.Serve(http.HandlerFunc(byPurpose))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get(cluster.AuthHeader) == "" {
 			w.Header().Set("Content-Type", "text/plain")
@@ -90,6 +123,23 @@ func Handler(s Served, auth *cluster.Auth) http.Handler {
 	})
 }
 
+// fromClient makes r come from the client the api named (a signed
+// ClientAddrHeader: the guard dropped unsigned ones).
+func fromClient(r *http.Request) {
+	if a := r.Header.Get(ClientAddrHeader); a != "" {
+		r.RemoteAddr = a
+	}
+	r.Header.Del(ClientAddrHeader)
+}
+
+// bodyStatus is the status of a body that could not be read whole.
+func bodyStatus(err error) int {
+	if errors.Is(err, cluster.ErrBodyTooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
 // service serves NodeService on a sandbox manager.
 type service struct {
 	m Sandboxes
@@ -97,15 +147,15 @@ type service struct {
 	creates *createLog
 }
 
-func newService(m Sandboxes) *service { return &service{m: m, creates: newCreateLog()} }
+func newService(m Sandboxes) service { return service{m: m, creates: newCreateLog()} }
 
-var _ nodev1connect.NodeServiceHandler = (*service)(nil)
+var _ nodev1connect.NodeServiceHandler = service{}
 
 func ms(n int64) time.Duration               { return time.Duration(n) * time.Millisecond }
 func unixMS(n int64) time.Time               { return time.UnixMilli(n) }
 func reply[T any](m *T) *connect.Response[T] { return connect.NewResponse(m) }
 
-func (s *service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
+func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
 	r := req.Msg
 	cr := sandbox.CreateRequest{
 		TeamID: r.TeamId, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
@@ -129,79 +179,19 @@ func (s *service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1
 	return s.create(ctx, r.RequestId, cr)
 }
 
-// create makes the sandbox of a CreateSandbox named request (""
-// unnamed), and answers it only when the api may take the answer: what a
-// create abandoned meanwhile, or whose caller is gone, made is killed.
-func (s *service) create(ctx context.Context, request string, cr sandbox.CreateRequest) (*connect.Response[nodev1.CreateSandboxResponse], error) {
-	if request != "" {
-		if !validRequestID(request) {
-			return nil, toConnect(sandboxInvalid("a request ID is 1 to 64 letters, digits, '-' and '_'"))
-		}
-		if err := s.creates.begin(cr.TeamID, request); err != nil {
-			return nil, toConnect(err)
-		}
-	}
-	rec, err := s.m.Create(ctx, cr)
-	abandoned := request != "" && s.creates.end(cr.TeamID, request, rec.ID)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	b, err := json.Marshal(rec)
-	switch {
-	case abandoned:
-		err = errAbandoned
-	case ctx.Err() != nil:
-		err = fmt.Errorf("%w: the api is gone (%v)", sandbox.ErrConflict, context.Cause(ctx))
-	}
-	if err != nil {
-		if request != "" {
-			s.creates.abandon(cr.TeamID, request) // a later AbandonCreate has nothing to do
-		}
-		s.discard(ctx, rec, err)
-		return nil, toConnect(err)
-	}
-	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
-}
-
-// discard kills a sandbox made for an api that will not take it, whatever
-// ctx (the api's call) says.
-func (s *service) discard(ctx context.Context, rec store.Sandbox, why error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	log := slog.Default()
-	if err := s.m.Kill(ctx, rec.TeamID, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		log.ErrorContext(ctx, "noderpc: killing a sandbox whose create the api did not take failed; it runs until its timeout", "sandbox", rec.ID, "team", rec.TeamID, "why", why, "err", err)
-		return
-	}
-	log.InfoContext(ctx, "noderpc: killed a sandbox whose create the api did not take", "sandbox", rec.ID, "team", rec.TeamID, "why", why)
-}
-
-// AbandonCreate kills what the named create made, or has it killed when
-// it ends, or refused if it has not begun.
-func (s *service) AbandonCreate(ctx context.Context, req *connect.Request[nodev1.AbandonCreateRequest]) (*connect.Response[nodev1.AbandonCreateResponse], error) {
-	r := req.Msg
-	if r.TeamId == "" || !validRequestID(r.RequestId) {
-		return nil, toConnect(sandboxInvalid(errNoRequestID.Error()))
-	}
-	if id := s.creates.abandon(r.TeamId, r.RequestId); id != "" {
-		s.discard(ctx, store.Sandbox{ID: id, TeamID: r.TeamId}, errAbandoned)
-	}
-	return reply(&nodev1.AbandonCreateResponse{}), nil
-}
-
-func (s *service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
+func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
 	return reply(&nodev1.KillSandboxResponse{}), toConnect(s.m.Kill(ctx, req.Msg.TeamId, req.Msg.SandboxId))
 }
 
-func (s *service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
+func (s service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
 	return reply(&nodev1.SetTimeoutResponse{}), toConnect(s.m.SetTimeout(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs)))
 }
 
-func (s *service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
+func (s service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
 	return reply(&nodev1.RefreshResponse{}), toConnect(s.m.Refresh(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.DurationMs)))
 }
 
-func (s *service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
+func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
 	rec, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
 	if err != nil {
 		return nil, toConnect(err)
@@ -213,7 +203,7 @@ func (s *service) Connect(ctx context.Context, req *connect.Request[nodev1.Conne
 	return reply(&nodev1.ConnectResponse{Resumed: resumed, SandboxJson: string(b)}), nil
 }
 
-func (s *service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
+func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
 	paused, err := s.m.Pause(ctx, req.Msg.TeamId, req.Msg.SandboxId, req.Msg.KeepMemory)
 	if err != nil {
 		return nil, toConnect(err)
@@ -221,7 +211,7 @@ func (s *service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRe
 	return reply(&nodev1.PauseResponse{Paused: paused}), nil
 }
 
-func (s *service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
+func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
 	r := req.Msg
 	rec, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
 	if err != nil {
@@ -234,7 +224,7 @@ func (s *service) Resume(ctx context.Context, req *connect.Request[nodev1.Resume
 	return reply(&nodev1.ResumeResponse{SandboxJson: string(b)}), nil
 }
 
-func (s *service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
+func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
 	r := req.Msg
 	res, err := s.m.Fork(ctx, r.TeamId, r.SandboxId, ms(r.TimeoutMs), int(r.Count))
 	if err != nil {
@@ -251,7 +241,7 @@ func (s *service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequ
 	return reply(out), nil
 }
 
-func (s *service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
+func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
 	r := req.Msg
 	ms, err := s.m.Metrics(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), unixMS(r.EndUnixMs))
 	if err != nil {
@@ -265,7 +255,7 @@ func (s *service) Metrics(ctx context.Context, req *connect.Request[nodev1.Metri
 	return reply(out), nil
 }
 
-func (s *service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
+func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
 	r := req.Msg
 	es, err := s.m.Logs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
@@ -278,7 +268,7 @@ func (s *service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequ
 	return reply(out), nil
 }
 
-func (s *service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
+func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
 	r := req.Msg
 	var u sandbox.NetworkUpdate
 	if err := json.Unmarshal([]byte(r.UpdateJson), &u); err != nil {
@@ -293,7 +283,7 @@ func (s *service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1
 	return reply(&nodev1.UpdateNetworkResponse{}), toConnect(s.m.UpdateNetwork(ctx, r.TeamId, r.SandboxId, u))
 }
 
-func (s *service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
+func (s service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
 	r := req.Msg
 	es, err := s.m.NetworkLogs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
