@@ -125,17 +125,7 @@ func TestTrafficResumeAtTheTeamLimit(t *testing.T) {
 	const limit = 1
 	reserved := 0
 	m := trafficManager(&live{id: "sleeper", teamID: "t1", paused: true, autoResume: true, envdToken: "envd-tok"})
-	m.cfg = Config{Store: st, ReserveForTeam: func(ctx context.Context, team string) (func(), error) {
-		reserved++
-		id, err := st.ClaimSandbox(ctx, team, limit, time.Now().Add(time.Minute))
-		if errors.Is(err, store.ErrLimit) {
-			return nil, fmt.Errorf("%w: %v", ErrTeamLimit, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return func() { st.ReleaseClaim(context.WithoutCancel(ctx), id) }, nil
-	}}
+	m.cfg = Config{Store: st, ReserveForTeam: storeClaims(st, limit, &reserved)}
 	p := proxy.New(proxy.Config{Domain: "localhost", Resolver: m})
 	r := httptest.NewRequest("GET", "/health", nil)
 	r.Host = fmt.Sprintf("%d-sleeper.localhost", envdinfo.Port)
@@ -162,4 +152,32 @@ func TestTrafficResumeAtTheTeamLimit(t *testing.T) {
 	if _, err := st.ClaimSandbox(ctx, "t1", limit, time.Now().Add(time.Minute)); err != nil {
 		t.Errorf("a claim once the place is free: %v", err)
 	}
+}
+
+// storeClaims is a cluster node's ReserveForTeam (the server wires
+// dispatch.Claimer, which this package cannot import): a place in the
+// team's limit in the store, counting in asked.
+func storeClaims(st store.Store, limit int, asked *int) func(context.Context, string) (func(), error) {
+	return func(ctx context.Context, team string) (func(), error) {
+		*asked++
+		id, err := st.ClaimSandbox(ctx, team, limit, time.Now().Add(time.Minute))
+		if errors.Is(err, store.ErrLimit) {
+			return nil, fmt.Errorf("%w: %v", ErrTeamLimit, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func() { st.ReleaseClaim(context.WithoutCancel(ctx), id) }, nil
+	}
+}
+
+// trafficTo sends a request to a sandbox's envd through p, with its
+// access token, and returns the status and body.
+func trafficTo(p http.Handler, rec store.Sandbox) (int, string) {
+	r := httptest.NewRequest("GET", "/health", nil)
+	r.Host = fmt.Sprintf("%d-%s.localhost", envdinfo.Port, rec.ID)
+	r.Header.Set("X-Access-Token", rec.EnvdAccessToken)
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
 }
