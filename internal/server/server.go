@@ -458,7 +458,20 @@ func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager,
 	if err != nil {
 		return nil, err
 	}
-	return volume.Open(volume.Config{Root: root, QuotaMB: cfg.VolumeQuotaMB, MaxPerTeam: cfg.MaxVolumesPerTeam, Store: st, Logger: log})
+	// A volume's image takes its whole size of the volume root's disk
+	// when it is made: only if that leaves the reserve.
+	reserve := func(needMB int64) error {
+		free, err := hostres.FreeMB(root)
+		if err != nil {
+			return err
+		}
+		if free-needMB < cfg.DiskReserveMB {
+			return fmt.Errorf("%w: the volume root's disk has %d MB free, too little for a volume of %d MB above the %d MB it keeps in reserve (--disk-reserve-mb)",
+				volume.ErrNoSpace, free, needMB, cfg.DiskReserveMB)
+		}
+		return nil
+	}
+	return volume.Open(volume.Config{Root: root, QuotaMB: cfg.VolumeQuotaMB, MaxPerTeam: cfg.MaxVolumesPerTeam, Reserve: reserve, Store: st, Logger: log})
 }
 
 // openImages opens the image store, whose pulls stop at the disk reserve,
