@@ -85,9 +85,7 @@ func (s *Server) ForkSandbox(w http.ResponseWriter, r *http.Request, id gen.Sand
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if s.diskFull(w, r) {
-		return
-	}
+	// The node checks its own disk for the fork's checkpoint.
 	results, err := s.cfg.Sandboxes.Fork(r.Context(), teamOf(r), id, timeout, count)
 	if err != nil {
 		s.fail(w, r, err)
@@ -131,6 +129,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, sandbox.ErrTeamLimit):
 		return http.StatusTooManyRequests, err.Error()
+	case errors.Is(err, sandbox.ErrDiskFull):
+		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, sandbox.ErrNoCapacity):
 		return http.StatusServiceUnavailable, err.Error()
 	}

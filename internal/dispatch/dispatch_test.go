@@ -346,6 +346,22 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
 		t.Fatalf("a full cluster: %v", err)
 	}
+	if errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("a cluster without CPU or memory reads as a full disk: %v", err)
+	}
+	// Every node below its disk reserve: the cluster's answer is a full
+	// disk (507), as one node's is.
+	diskFull := func(n string) error {
+		return fmt.Errorf("%w: %w: node %s has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, n)
+	}
+	c.nodes["na"].set(diskFull("na"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("one disk full, one node without memory: %v", err)
+	}
+	c.nodes["nb"].set(diskFull("nb"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
+		t.Errorf("every node's disk full: %v", err)
+	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)
 

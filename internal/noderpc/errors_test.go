@@ -70,3 +70,17 @@ type failing struct {
 }
 
 func (f failing) Kill(context.Context, string, string) error { return f.err }
+
+// A node's disk below its reserve comes back as sandbox.ErrDiskFull (a
+// 507) and still as ErrNoCapacity (dispatch tries another node).
+func TestClientDiskFull(t *testing.T) {
+	auth, _ := cluster.NewAuth([]byte(strings.Repeat("e", 32)))
+	full := fmt.Errorf("%w: %w: the node's data disk has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull)
+	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: full}}, auth))
+	defer srv.Close()
+	cl := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth))
+	err := cl.Kill(context.Background(), "t1", "sbx1")
+	if !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "10 MB free") {
+		t.Errorf("a node's full disk: %v", err)
+	}
+}

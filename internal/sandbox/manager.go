@@ -101,6 +101,10 @@ var (
 	ErrTeamLimit        = errors.New("team sandbox limit reached")
 	ErrConflict         = errors.New("sandbox is changing state")
 	ErrVolumeNotFound   = errors.New("volume not found")
+	// ErrDiskFull: the node's data disk is below its reserve
+	// (--disk-reserve-mb). It comes with ErrNoCapacity (another node
+	// may have room); the API answers it 507.
+	ErrDiskFull = errors.New("disk full")
 	// ErrNodeUnavailable: the node that runs the sandbox (in a cluster)
 	// could not be asked now.
 	ErrNodeUnavailable = errors.New("node unavailable")

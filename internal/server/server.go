@@ -316,7 +316,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
 		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
-		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 	}), api.Timeouts{})
 	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
 	if err != nil {
@@ -447,14 +447,31 @@ func tlsAddrs(lns []net.Listener) string {
 	return strings.Join(s, ",")
 }
 
-// openVolumes opens the team volumes under --volume-root (default
-// DATA/volumes).
-func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager, error) {
+// volumeRoot is --volume-root (default DATA/volumes), absolute.
+func volumeRoot(cfg Config) (string, error) {
 	root := cfg.VolumeRoot
 	if root == "" {
 		root = filepath.Join(cfg.DataDir, "volumes")
 	}
-	root, err := filepath.Abs(root)
+	return filepath.Abs(root)
+}
+
+// volumeFreeMB reads the free space of the volume root's file system
+// (its parent's until it is made).
+func volumeFreeMB(cfg Config) func() (int64, error) {
+	return func() (int64, error) {
+		root, err := volumeRoot(cfg)
+		if err != nil {
+			return 0, err
+		}
+		return hostres.FreeMB(root)
+	}
+}
+
+// openVolumes opens the team volumes under --volume-root (default
+// DATA/volumes).
+func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager, error) {
+	root, err := volumeRoot(cfg)
 	if err != nil {
 		return nil, err
 	}
