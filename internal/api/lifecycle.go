@@ -21,6 +21,9 @@ func (s *Server) PauseSandbox(w http.ResponseWriter, r *http.Request, id gen.San
 	if !readJSON(w, r, &body, true) {
 		return
 	}
+	if s.overDiskQuota(w, r, 0, "the pause") {
+		return
+	}
 	paused, err := s.cfg.Sandboxes.Pause(r.Context(), teamOf(r), id, body.Memory == nil || *body.Memory)
 	if err != nil {
 		s.fail(w, r, err)
@@ -142,7 +145,7 @@ func (s *Server) CreateSnapshot(w http.ResponseWriter, r *http.Request, id gen.S
 	if !readJSON(w, r, &body, true) {
 		return
 	}
-	if s.diskFull(w, r) {
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the snapshot") {
 		return
 	}
 	b, ok := s.templates(w)

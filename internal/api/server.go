@@ -87,6 +87,14 @@ type Config struct {
 	// system, which volume creates and content writes fill (with
 	// DiskReserveMB); nil: FreeDiskMB.
 	VolumeFreeDiskMB func() (int64, error)
+	// TeamDiskQuotaMB bounds what a team's volumes, paused sandboxes,
+	// templates and snapshots take of the nodes' disks (as the store
+	// accounts it, store.DiskUsageStore): an operation that would add to
+	// a team at or over it is refused with 507. 0: no quota.
+	TeamDiskQuotaMB int64
+	// VolumeQuotaMB is the size of a new volume (--volume-quota), what a
+	// volume create adds to its team's disk usage.
+	VolumeQuotaMB int64
 	// RateLimit is the requests per second a team may make (burst twice
 	// that); over it: 429 with Retry-After. 0: no limit.
 	RateLimit float64

@@ -118,7 +118,7 @@ func (s *Server) CreateVolume(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &body, false) {
 		return
 	}
-	if s.volumeDiskFull(w, r) {
+	if s.volumeDiskFull(w, r) || s.overDiskQuota(w, r, s.cfg.VolumeQuotaMB<<20, "the volume") {
 		return
 	}
 	v, err := vols.Create(r.Context(), teamOf(r), body.Name)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/steptrace"
@@ -188,8 +189,26 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
 		}
 		go m.flush(p) // durable across a power loss; needs no lock
+		go m.recordPausedDisk(l.teamID, l.id, inst.Rootfs.Home(), checkpoint)
 	}
 	return true, release, nil
+}
+
+// recordPausedDisk records what a paused sandbox's kept files (its root
+// filesystem's dir with its disk image, and its memory checkpoint) take
+// of the node's disk: its team's disk quota counts it while it stays
+// paused.
+func (m *Manager) recordPausedDisk(teamID, id string, dirs ...string) {
+	n, err := hostres.AllocatedBytes(dirs...)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = m.cfg.Store.SetDiskUse(ctx, store.DiskUse{Kind: store.DiskPaused, ObjectID: id, TeamID: teamID,
+			Node: m.cfg.NodeName, Bytes: n, UpdatedAt: time.Now()})
+	}
+	if err != nil {
+		m.log.Warn("recording a paused sandbox's disk use", "sandbox", id, "err", err)
+	}
 }
 
 // ResumeOptions are what a resume may change.

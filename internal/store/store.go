@@ -200,6 +200,7 @@ type Store interface {
 	SecretStore
 	VolumeStore
 	NodeStore
+	DiskUsageStore
 
 	Close() error
 }
