@@ -83,6 +83,9 @@ type Config struct {
 	// sizes new ones (0: no quota); MaxVolumesPerTeam bounds a team's.
 	VolumeRoot                       string
 	VolumeQuotaMB, MaxVolumesPerTeam int
+	// TeamDiskQuotaMB bounds a team's volumes, paused sandboxes,
+	// templates and snapshots on the nodes' disks (api.Config); 0: none.
+	TeamDiskQuotaMB int64
 	// MetricsAddr is where Prometheus metrics are served (/metrics), on
 	// a listener of their own; empty: not served.
 	MetricsAddr string
@@ -304,6 +307,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 		})
 		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
@@ -317,6 +321,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
+		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 	}), api.Timeouts{})
 	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
 	if err != nil {
