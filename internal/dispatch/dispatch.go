@@ -260,7 +260,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
 	var refusals []string
-	diskFull := 0 // refusals for the disk reserve
+	diskFull := 0     // refusals for the disk reserve
 	var missing error // a node's "no such template"
 	for i, n := range cands {
 		if i > 0 {
