@@ -649,3 +649,96 @@ func TestOrder(t *testing.T) {
 		t.Errorf("a node full with its pending creates: %q", got)
 	}
 }
+
+// Two api replicas, each with several creates of one team under way at
+// once, never let the team past --max-sandboxes-per-team: the check and
+// the reservation are one step in the store.
+func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	gate := make(chan struct{})
+	for _, f := range c.nodes {
+		f.gate = gate
+	}
+	const limit, creates = 2, 8
+	cfg := c.d.cfg
+	cfg.MaxPerTeam = limit
+	var replicas []*Dispatcher
+	for range 2 {
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, d)
+	}
+	inflight := func() int {
+		n := 0
+		for _, d := range replicas {
+			d.mu.Lock()
+			n += d.inflight["na"] + d.inflight["nb"]
+			d.mu.Unlock()
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var made []string
+	refused := 0
+	for i := range creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				made = append(made, rec.ID)
+			case errors.Is(err, sandbox.ErrTeamLimit):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	// Every create has either been refused or waits at its node.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		mu.Lock()
+		n := refused
+		mu.Unlock()
+		if n+inflight() == creates {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refused, %d under way", n, inflight())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+	if len(made) != limit || refused != creates-limit {
+		t.Fatalf("%d creates at once with a limit of %d: %d made (%v), %d refused", creates, limit, len(made), made, refused)
+	}
+	// Once they run, they count as sandboxes: still no room.
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
+		t.Errorf("a create at the limit: %v", err)
+	}
+	// Another team has its own.
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t2", TemplateID: "base"}); err != nil {
+		t.Errorf("another team: %v", err)
+	}
+	// A failed create gives its place back.
+	if _, err := c.st.UpdateSandbox(ctx, made[0], func(s *store.Sandbox) error { s.State = store.StateKilled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes["na"].set(errors.New("boom"))
+	c.nodes["nb"].set(errors.New("boom"))
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
+		t.Errorf("a create on failing nodes: %v", err)
+	}
+	c.nodes["na"].set(nil)
+	c.nodes["nb"].set(nil)
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err != nil {
+		t.Errorf("a create after one was killed and one failed: %v", err)
+	}
+}

@@ -72,9 +72,6 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
 	defer recoverPanic(f.log, w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
-	if spent(w, f.failures, client) {
-		return
-	}
 	id, port, err := ParseRoute(f.cfg.Domain, r.Host, r.Header)
 	if err != nil {
 		q, op, ok := signedFilesRequest(r)
@@ -84,8 +81,7 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The node finds the sandbox by the signature again, among its own.
 		if id, err = f.cfg.SignedBy(func(token string) bool { return q.Signed(op, token) }); err != nil {
-			f.failures.Spend(client)
-			writeError(w, http.StatusUnauthorized, "", 0, "invalid signature")
+			authFailed(w, f.failures, client, http.StatusUnauthorized, "", "invalid signature")
 			return
 		}
 	} else {

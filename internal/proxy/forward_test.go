@@ -97,8 +97,7 @@ func TestForwardErrors(t *testing.T) {
 	if code, _ := get("127.0.0.1", fmt.Sprintf("/files?path=/f&signature=%s&signature_expiration=%d", url.QueryEscape(sig), exp)); code != http.StatusOK {
 		t.Errorf("a signed URL: %d", code)
 	}
-	// Wrong signatures spend the client's budget, then are refused before
-	// any is checked.
+	// Wrong signatures spend the client's budget, then are refused.
 	codes := map[int]int{}
 	for range authFailureBurst + 2 {
 		code, _ := get("127.0.0.1", "/files?path=/f&signature=v1_wrong")
@@ -106,6 +105,10 @@ func TestForwardErrors(t *testing.T) {
 	}
 	if codes[http.StatusUnauthorized] != authFailureBurst || codes[http.StatusTooManyRequests] != 2 {
 		t.Errorf("wrong signatures answered %v", codes)
+	}
+	// A genuine one from the same address is still served.
+	if code, _ := get("127.0.0.1", fmt.Sprintf("/files?path=/f&signature=%s&signature_expiration=%d", url.QueryEscape(sig), exp)); code != http.StatusOK {
+		t.Errorf("a signed URL after the budget is spent: %d", code)
 	}
 }
 

@@ -200,6 +200,8 @@ type Store interface {
 	SecretStore
 	VolumeStore
 	NodeStore
+	ClaimStore
+	RouteStore
 	DiskUsageStore
 
 	Close() error
