@@ -182,6 +182,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	// Its processes are saved and gone: what the proxy still carries to
 	// it ends now (nothing registers once it is marked paused).
 	m.endTraffic(l)
+	home := inst.Rootfs.Home() // ReleaseSaved lets go of inst.Rootfs
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -189,7 +190,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
 		}
 		go m.flush(p) // durable across a power loss; needs no lock
-		go m.recordPausedDisk(l.teamID, l.id, inst.Rootfs.Home(), checkpoint)
+		go m.recordPausedDisk(l.teamID, l.id, home, checkpoint)
 	}
 	return true, release, nil
 }
