@@ -68,10 +68,10 @@ type Dispatcher struct {
 	signed signedIndex
 }
 
-// route is a sandbox's node address, as the proxy last looked it up.
+// route is a sandbox's node, as the proxy last looked it up.
 type route struct {
-	addr string
-	at   time.Time
+	node, addr string
+	at         time.Time
 }
 
 // nodesTTL and routeTTL are how long the node list and a sandbox's route
@@ -274,7 +274,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		if err == nil {
 			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
 			// Its first command comes next: the proxy knows the way.
-			d.routes[rec.ID] = route{addr: n.Address, at: d.cfg.Now()}
+			d.routes[rec.ID] = route{node: n.Name, addr: n.Address, at: d.cfg.Now()}
 		}
 		d.mu.Unlock()
 		if err == nil {
@@ -525,35 +525,36 @@ func (d *Dispatcher) NetworkLogs(ctx context.Context, teamID, id string, start t
 	return c.NetworkLogs(ctx, teamID, id, start, limit)
 }
 
-// Locate is the internal address of the node that runs sandbox id, for
-// the proxy: proxy.ErrNotFound when it is gone, paused without resuming
-// on traffic, or on a lost node. Answers are reused for routeTTL.
-func (d *Dispatcher) Locate(ctx context.Context, id string) (string, error) {
+// Locate is the name and internal address of the node that runs sandbox
+// id, for the proxy: proxy.ErrNotFound when it is gone, paused without
+// resuming on traffic, or on a lost node. Answers are reused for
+// routeTTL.
+func (d *Dispatcher) Locate(ctx context.Context, id string) (node, addr string, err error) {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	r, ok := d.routes[id]
 	d.mu.Unlock()
 	if ok && now.Sub(r.at) < routeTTL {
-		return r.addr, nil
+		return r.node, r.addr, nil
 	}
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !routable(rec)) {
-		return "", proxy.ErrNotFound
+		return "", "", proxy.ErrNotFound
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	n, err := d.liveNode(ctx, rec.Node, id)
 	if err != nil {
-		return "", proxy.ErrNotFound
+		return "", "", proxy.ErrNotFound
 	}
 	d.mu.Lock()
 	if len(d.routes) > 10000 { // bounded: old entries are only a cache
 		clear(d.routes)
 	}
-	d.routes[id] = route{addr: n.Address, at: now}
+	d.routes[id] = route{node: n.Name, addr: n.Address, at: now}
 	d.mu.Unlock()
-	return n.Address, nil
+	return n.Name, n.Address, nil
 }
 
 // routable: the proxy reaches a running sandbox, and a paused one that

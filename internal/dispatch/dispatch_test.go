@@ -145,7 +145,7 @@ func newCluster2(t *testing.T) *cluster2 {
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
-		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth))
+		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth.Guard(name)))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
@@ -177,6 +177,11 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 		on[rec.Node]++
 		ids = append(ids, rec.ID)
+		// The proxy's way to it, known from the create: the node's name
+		// too (its traffic is signed for that node).
+		if node, addr, err := d.Locate(ctx, rec.ID); err != nil || node != rec.Node || addr == "" {
+			t.Fatalf("locate after create: %q %q %v, want node %s", node, addr, err, rec.Node)
+		}
 	}
 	// No heartbeat since: the creates it has not counted spread them.
 	if on["na"] != 3 || on["nb"] != 3 {
@@ -239,11 +244,13 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	home.set(nil)
 
 	// The proxy's lookups.
-	addr, err := d.Locate(ctx, id)
+	node, addr, err := d.Locate(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.cfg.Transport.RoundTrip(mustRequest(t, "http://"+addr+"/files", id))
+	req := mustRequest(t, "http://"+addr+"/files", id)
+	req = req.WithContext(cluster.WithTarget(cluster.WithPurpose(ctx, cluster.PurposeTraffic), node))
+	res, err := d.cfg.Transport.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +258,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("forwarded traffic: %d", res.StatusCode)
 	}
-	if _, err := d.Locate(ctx, "nosuch"); !errors.Is(err, proxy.ErrNotFound) {
+	if _, _, err := d.Locate(ctx, "nosuch"); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate unknown: %v", err)
 	}
 	got, err := d.SignedBy(func(token string) bool { return token == "token-"+ids[3] })
@@ -381,7 +388,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	if err := d.Kill(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("kill on a lost node: %v", err)
 	}
-	if _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
+	if _, _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate on a lost node: %v", err)
 	}
 	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 0 {

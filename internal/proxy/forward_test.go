@@ -24,11 +24,11 @@ func forwardSetup(t *testing.T, node http.Handler) (string, *Forwarder) {
 	t.Cleanup(ns.Close)
 	f := NewForwarder(ForwardConfig{
 		Domain: "localhost",
-		Locate: func(ctx context.Context, id string) (string, error) {
+		Locate: func(ctx context.Context, id string) (string, string, error) {
 			if id == "sbx1" {
-				return strings.TrimPrefix(ns.URL, "http://"), nil
+				return "n1", strings.TrimPrefix(ns.URL, "http://"), nil
 			}
-			return "", ErrNotFound
+			return "", "", ErrNotFound
 		},
 		SignedBy: func(signed func(string) bool) (string, error) {
 			if signed("token1") {
@@ -118,7 +118,7 @@ func TestForwardToADeadNode(t *testing.T) {
 	ln.Close() // nothing listens there now
 	f := NewForwarder(ForwardConfig{
 		Domain:           "localhost",
-		Locate:           func(context.Context, string) (string, error) { return addr, nil },
+		Locate:           func(context.Context, string) (string, string, error) { return "n1", addr, nil },
 		SignedBy:         func(func(string) bool) (string, error) { return "", ErrNotFound },
 		Transport:        http.DefaultTransport,
 		ClientAddrHeader: "Warren-Client-Addr",
@@ -141,7 +141,7 @@ func TestForwardsWebSockets(t *testing.T) {
 func TestPanicsAreInternalErrors(t *testing.T) {
 	p := New(Config{Domain: "localhost", Resolver: resolverFunc(func(context.Context, string) (Target, error) { panic("resolver bug") })})
 	f := NewForwarder(ForwardConfig{Domain: "localhost", ClientAddrHeader: "Warren-Client-Addr",
-		Locate:   func(context.Context, string) (string, error) { panic("locate bug") },
+		Locate:   func(context.Context, string) (string, string, error) { panic("locate bug") },
 		SignedBy: func(func(string) bool) (string, error) { return "", ErrNotFound }})
 	for name, h := range map[string]http.Handler{"proxy": p, "forwarder": f} {
 		w := httptest.NewRecorder()

@@ -500,25 +500,15 @@ func (m *Manager) endTraffic(l *live) {
 // returns one for which it held. The work is bounded by the node's
 // sandboxes (MaxSandboxes).
 func (m *Manager) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	type candidate struct{ id, token string }
 	m.mu.Lock()
-	cands := make([]candidate, 0, len(m.live))
+	cands := make([]proxy.SignedCandidate, 0, len(m.live))
 	for id, l := range m.live {
 		if !l.paused || l.autoResume {
-			cands = append(cands, candidate{id, l.envdToken})
+			cands = append(cands, proxy.SignedCandidate{ID: id, EnvdAccessToken: l.envdToken})
 		}
 	}
 	m.mu.Unlock()
-	found := ""
-	for _, c := range cands {
-		if signed(c.token) && found == "" {
-			found = c.id
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
-	}
-	return found, nil
+	return proxy.FirstSigned(cands, signed)
 }
 
 // Resume implements proxy.Resolver: it resumes a paused autoResume

@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Pull: pull, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
-		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) },
+		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) }, Sealer: sealer,
 	})
 	if err != nil {
 		return err
@@ -322,7 +322,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 		})
-		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
+		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
