@@ -51,6 +51,9 @@ type Served struct {
 	// Images serves built images to the other nodes
 	// (internal/imagepeer, under imagepeer.Prefix); nil: none.
 	Images http.Handler
+	// Teams says which teams exist: every NodeService call must name
+	// one (teams.go). nil refuses every call.
+	Teams Teams
 }
 
 // Handler is a node's internal address. Nothing is served without the
@@ -58,7 +61,7 @@ type Served struct {
 // which says only that the node serves.
 func Handler(s Served, auth *cluster.Auth) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}))
+	mux.Handle(nodeService(s))
 	fromClient := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a := r.Header.Get(ClientAddrHeader); a != "" {
@@ -84,6 +87,12 @@ func Handler(s Served, auth *cluster.Auth) http.Handler {
 		}
 		authed.ServeHTTP(w, r)
 	})
+}
+
+// nodeService is NodeService's path and handler: the service on the
+// sandbox manager, behind the check of each call's team.
+func nodeService(s Served) (string, http.Handler) {
+	return nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}, connect.WithInterceptors(teamGuard(s.Teams)))
 }
 
 // service serves NodeService on a sandbox manager.

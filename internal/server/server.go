@@ -305,7 +305,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		})
-		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
+		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Teams: &noderpc.StoreTeams{Store: st},
+			Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
