@@ -180,7 +180,10 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.TeamID = teamID
+	if teamID == "" {
+		return nil, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -534,7 +537,7 @@ func (d *Dispatcher) forget(id string) {
 // cluster's routable sandboxes, asking signed of every one (the time
 // taken tells nothing of which matched).
 func (d *Dispatcher) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	recs, err := d.cfg.Store.ListSandboxes(context.Background(), store.SandboxFilter{States: []store.SandboxState{store.StateRunning, store.StatePaused}})
+	recs, err := d.cfg.Store.ListSandboxes(context.Background(), store.SandboxFilter{AllTeams: true, States: []store.SandboxState{store.StateRunning, store.StatePaused}})
 	if err != nil {
 		return "", err
 	}

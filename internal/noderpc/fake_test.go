@@ -15,11 +15,13 @@ import (
 type fakeSandboxes struct {
 	mu    sync.Mutex
 	calls []string // "Method team"
+	teams []string // the team of each call
 }
 
 func (f *fakeSandboxes) saw(method, teamID string) {
 	f.mu.Lock()
 	f.calls = append(f.calls, method+" "+teamID)
+	f.teams = append(f.teams, teamID)
 	f.mu.Unlock()
 }
 
@@ -28,8 +30,17 @@ func (f *fakeSandboxes) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.calls
-	f.calls = nil
+	f.calls, f.teams = nil, nil
 	return c
+}
+
+// seenTeams returns the teams of the calls so far and forgets them.
+func (f *fakeSandboxes) seenTeams() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.teams
+	f.calls, f.teams = nil, nil
+	return t
 }
 
 var _ Sandboxes = (*fakeSandboxes)(nil)
