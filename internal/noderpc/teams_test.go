@@ -182,4 +182,3 @@ func TestStoreTeams(t *testing.T) {
 		t.Errorf("%d store reads, want 3", st.reads)
 	}
 }
-
