@@ -239,7 +239,6 @@ type server struct {
 	metricsAddr string
 }
 
-
 // runtime is the server's --runtime.
 func (v *server) runtime() string {
 	for i, a := range v.args {
@@ -448,9 +447,6 @@ func (v *server) credentials() (map[string]string, error) {
 	return out, nil
 }
 
-
-
-
 // removeDataDir unmounts the data dir's file system and removes it.
 func (v *server) removeDataDir() error {
 	if v.dataDir == "" {
@@ -524,7 +520,6 @@ func (v *server) removeRules() error {
 	return c.Flush()
 }
 
-
 // mountOptions returns the per-mount options of every mount point below
 // prefix.
 func mountOptions(prefix string) map[string]string {
@@ -551,9 +546,6 @@ var (
 	cgroupsBelow      = seckit.CgroupsBelow
 	processesMatching = seckit.ProcessesMatching
 )
-
-
-
 
 // canaries are host files planted as attack targets, with the contents
 // they must keep.

@@ -1,8 +1,8 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,13 +71,33 @@ func TestInternalPathsThroughThePublicProxy(t *testing.T) {
 	}
 	defer C.call(context.Background(), C.teamA, "DELETE", "/sandboxes/"+decoy.ID, nil)
 	before := C.snapshot(t)
-	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	// Sandboxes an attack made are killed, so that they do not fill the
+	// nodes for the next cases.
+	defer func() {
+		for _, tm := range []team{C.teamA, C.teamB} {
+			ids, _ := C.sandboxIDs(context.Background(), tm)
+			for _, id := range ids {
+				if !slices.Contains(before.teams[tm.id], id) {
+					C.call(context.Background(), tm, "DELETE", "/sandboxes/"+id, nil)
+				}
+			}
+		}
+	}()
+	// The HTTPS listener's certificate is its own (self-signed): the
+	// client names the sandbox's host in SNI, as a browser would.
+	tlsClient := func(port int) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true,
+			ServerName: fmt.Sprintf("%d-%s.localhost", port, C.victim.ID)}}}
+	}
 	for _, api := range C.apis {
 		for _, listener := range []struct {
 			name, base string
-			client     *http.Client
-		}{{"http", api.proxyURL, http.DefaultClient}, {"https", "https://" + api.tlsAddr, tlsClient}} {
+		}{{"http", api.proxyURL}, {"https", "https://" + api.tlsAddr}} {
 			for _, port := range []int{envdPort, appPort} {
+				client := http.DefaultClient
+				if listener.name == "https" {
+					client = tlsClient(port)
+				}
 				for _, routing := range []string{"header", "host"} {
 					for _, rq := range internalRequests(C.teamA.id, C.victim.ID, decoy.ID) {
 						name := fmt.Sprintf("%s %s port %d by %s: %s %s", api.name, listener.name, port, routing, rq.method, rq.path)
@@ -96,7 +117,7 @@ func TestInternalPathsThroughThePublicProxy(t *testing.T) {
 						} else {
 							req.Host = fmt.Sprintf("%d-%s.localhost", port, C.victim.ID)
 						}
-						r, err := do(listener.client, req)
+						r, err := do(client, req)
 						if err != nil {
 							t.Errorf("%s: %v", name, err)
 							continue
@@ -115,7 +136,7 @@ func TestInternalPathsThroughThePublicProxy(t *testing.T) {
 							} else {
 								req.Host = fmt.Sprintf("%d-%s.localhost", port, C.victim.ID)
 							}
-							r, err := do(listener.client, req)
+							r, err := do(client, req)
 							if err != nil || r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "victim-app" {
 								t.Errorf("%s %s by %s: the sandbox's own app did not answer GET %s: %v %s", api.name, listener.name, routing, path, err, r)
 							}
@@ -128,118 +149,102 @@ func TestInternalPathsThroughThePublicProxy(t *testing.T) {
 	C.untouched(t, before)
 }
 
-// tcpProxy sits between a client and a node: it records the requests it
-// carries and may change the node's answers.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	// requests are the raw bytes of each connection's first request.
-	requests [][]byte
-	// rewrite, if set, changes each chunk of the node's answer.
-	rewrite func([]byte) []byte
+// mitm sits between a client and a node: it records the requests it
+// carries and may change the node's answers (their bodies decoded when
+// compressed, and encoded again).
+type mitm struct {
+	ln  net.Listener
+	mu  sync.Mutex
+	log []*http.Request // each request, its body read
+	// rewrite, if set, changes each answer (status and decoded body).
+	rewrite func(res *http.Response, body []byte) []byte
 }
 
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
+func newMITM(t *testing.T, target string) *mitm {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() { ln.Close() })
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.carry(c)
-	}
-}
-
-func (p *tcpProxy) carry(c net.Conn) {
-	defer c.Close()
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		var rec bytes.Buffer
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				if rec.Len() < 1<<20 {
-					rec.Write(buf[:n])
-					p.mu.Lock()
-					p.requests = append(p.requests, append([]byte(nil), rec.Bytes()...))
-					p.mu.Unlock()
-				}
-				if _, werr := up.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				up.(*net.TCPConn).CloseWrite()
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := up.Read(buf)
-		if n > 0 {
-			out := buf[:n]
+	p := &mitm{ln: ln}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
+			pr.Out.Host = pr.In.Host
+			b, _ := io.ReadAll(pr.In.Body)
+			pr.Out.Body = io.NopCloser(bytes.NewReader(b))
+			rec := pr.In.Clone(context.Background())
+			rec.Body = io.NopCloser(bytes.NewReader(b))
+			p.mu.Lock()
+			p.log = append(p.log, rec)
+			p.mu.Unlock()
+		},
+		ModifyResponse: func(res *http.Response) error {
 			p.mu.Lock()
 			rw := p.rewrite
 			p.mu.Unlock()
-			if rw != nil {
-				out = rw(append([]byte(nil), out...))
+			if rw == nil {
+				return nil
 			}
-			if _, werr := c.Write(out); werr != nil {
-				return
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil {
+				return err
 			}
-		}
-		if err != nil {
-			return
-		}
+			gz := res.Header.Get("Content-Encoding") == "gzip"
+			if gz {
+				if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+					body, _ = io.ReadAll(zr)
+				}
+			}
+			body = rw(res, body)
+			if gz {
+				var out bytes.Buffer
+				zw := gzip.NewWriter(&out)
+				zw.Write(body)
+				zw.Close()
+				body = out.Bytes()
+			}
+			res.Body = io.NopCloser(bytes.NewReader(body))
+			res.ContentLength = int64(len(body))
+			res.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			return nil
+		},
 	}
+	srv := &http.Server{Handler: rp}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return p
 }
 
-// captured returns the recorded requests to path, parsed.
-func (p *tcpProxy) captured(path string) []*http.Request {
+func (p *mitm) addr() string { return p.ln.Addr().String() }
+
+func (p *mitm) setRewrite(rw func(*http.Response, []byte) []byte) {
+	p.mu.Lock()
+	p.rewrite = rw
+	p.mu.Unlock()
+}
+
+// captured returns the recorded requests to path.
+func (p *mitm) captured(path string) []*http.Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*http.Request
-	for _, raw := range p.requests {
-		r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
-		if err != nil || r.URL.Path != path {
-			continue
+	for _, r := range p.log {
+		if r.URL.Path == path {
+			out = append(out, r)
 		}
-		b, err := io.ReadAll(r.Body)
-		if err != nil || int64(len(b)) != r.ContentLength {
-			continue // not all of it yet
-		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		out = append(out, r)
 	}
 	return out
 }
 
 // throughProxy points the apis at node n through a proxy of the test's
 // for the rest of the test.
-func throughProxy(t *testing.T, n *proc) *tcpProxy {
+func throughProxy(t *testing.T, n *proc) *mitm {
 	t.Helper()
-	p := newTCPProxy(t, n.nodeAddr)
+	p := newMITM(t, n.nodeAddr)
 	setAddress(t, n.name, p.addr())
-	t.Cleanup(func() { setAddress(t, n.name, n.nodeAddr) })
+	t.Cleanup(func() { setAddress(t, n.name, n.nodeAddr); time.Sleep(apisSeeNodesAfter) })
+	time.Sleep(apisSeeNodesAfter)
 	return p
 }
 
@@ -321,40 +326,44 @@ func TestForgedNodeAnswer(t *testing.T) {
 	forgedToken := strings.Repeat("f", len(C.victim.EnvdToken))
 	for _, c := range []struct {
 		name    string
-		rewrite func([]byte) []byte
+		rewrite func(*http.Response, []byte) []byte
+		forged  string // what the client must not see
 	}{
-		{"the token replaced", func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(C.victim.EnvdToken), []byte(forgedToken)) }},
-		{"the status replaced", func(b []byte) []byte {
-			return bytes.Replace(b, []byte("HTTP/1.1 200 OK"), []byte("HTTP/1.1 404 OK"), 1)
-		}},
-		{"a byte flipped", func(b []byte) []byte {
-			if i := bytes.Index(b, []byte("\r\n\r\n")); i > 0 && i+10 < len(b) {
-				b[len(b)-3] ^= 0x20
+		{"the token replaced", func(_ *http.Response, b []byte) []byte {
+			return bytes.ReplaceAll(b, []byte(C.victim.EnvdToken), []byte(forgedToken))
+		}, forgedToken},
+		{"a field changed", func(_ *http.Response, b []byte) []byte {
+			return bytes.ReplaceAll(b, []byte(`"TemplateID":"base"`), []byte(`"TemplateID":"evil"`))
+		}, `"evil"`},
+		{"the status replaced", func(res *http.Response, b []byte) []byte {
+			if res.StatusCode == http.StatusOK {
+				res.StatusCode, res.Status = http.StatusNotFound, "404 Not Found"
+				res.Header.Set("Warren-Error-Kind", "not_found")
+				res.Header.Set("Content-Type", "application/json")
+				return []byte(`{"code":"not_found","message":"sandbox not found: forged"}`)
 			}
 			return b
-		}},
+		}, "forged"},
 	} {
-		mitm.mu.Lock()
-		mitm.rewrite = c.rewrite
-		mitm.mu.Unlock()
+		mitm.setRewrite(c.rewrite)
+		n := len(mitm.captured(nodev1connect.NodeServiceConnectProcedure))
 		r, err := C.call(ctx, C.teamA, "POST", "/sandboxes/"+C.victim.ID+"/connect", map[string]any{"timeout": 3600})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
 		}
-		if bytes.Contains(r.body, []byte(forgedToken)) {
+		if len(mitm.captured(nodev1connect.NodeServiceConnectProcedure)) == n {
+			t.Fatalf("%s: the api's Connect did not pass the man in the middle", c.name)
+		}
+		t.Logf("%s: the api answered %s", c.name, r)
+		if bytes.Contains(r.body, []byte(c.forged)) {
 			t.Errorf("%s: the api handed on a forged answer: %s", c.name, r)
 		}
 		if r.status < 300 && !bytes.Contains(r.body, []byte(C.victim.EnvdToken)) {
 			t.Errorf("%s: the api answered %s without the victim's own token", c.name, r)
 		}
-		if c.name == "the status replaced" && r.status == http.StatusNotFound {
-			t.Errorf("%s: the api believed a forged status: %s", c.name, r)
-		}
 	}
-	mitm.mu.Lock()
-	mitm.rewrite = nil
-	mitm.mu.Unlock()
+	mitm.setRewrite(nil)
 	// The connect gave the victim an hour from now: its end moved, and
 	// nothing else of it.
 	after, err := C.st.GetSandbox(ctx, C.victim.ID)

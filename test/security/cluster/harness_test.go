@@ -43,7 +43,10 @@ var nodeSpecs = []struct{ name, cidr string }{
 var tlsHosts = []string{"127.0.0.21", "127.0.0.22"}
 
 const (
-	pgAdminDSN = "host=/var/run/postgresql user=root dbname=postgres sslmode=disable"
+	// apisSeeNodesAfter is how long an api may take to see a change of
+	// the nodes' table (it keeps the list for half a second).
+	apisSeeNodesAfter = time.Second
+	pgAdminDSN        = "host=/var/run/postgresql user=root dbname=postgres sslmode=disable"
 	// appPort is where the victim's own web app listens in its sandbox.
 	appPort  = 8000
 	envdPort = 49983
@@ -458,6 +461,7 @@ func (c *clusterRun) createOn(ctx context.Context, node string, tm team, timeout
 			defer c.nodeState(context.Background(), n.name, store.NodeReady)
 		}
 	}
+	time.Sleep(apisSeeNodesAfter)
 	r, err := c.call(ctx, tm, "POST", "/sandboxes", map[string]any{"templateID": "base", "timeout": timeout})
 	if err != nil {
 		return nil, err
