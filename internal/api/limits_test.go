@@ -75,13 +75,17 @@ func TestFailedAuthenticationsPerAddress(t *testing.T) {
 	if code, _ := errorBody(t, w); code != 429 || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("past the failure budget: %d, Retry-After %q", code, w.Header().Get("Retry-After"))
 	}
-	// Refused before the key is looked at: even a good one, from there.
-	if w := hs.doFrom(attacker, "GET", "/sandboxes", keyTeam1, ""); w.Code != 429 {
+	// Only failures are refused: a good key from there is served.
+	if w := hs.doFrom(attacker, "GET", "/sandboxes", keyTeam1, ""); w.Code != 200 {
 		t.Errorf("a good key from the blocked address: %d", w.Code)
 	}
-	// Missing credentials and bad upload signatures spend it too.
-	if w := hs.doFrom(attacker, "PUT", "/upload/templates/tpl1/files/"+strings.Repeat("a", 64)+"?expires=1&signature=bad", "", "x"); w.Code != 429 {
-		t.Errorf("an upload from the blocked address: %d", w.Code)
+	// Missing credentials and bad upload signatures are refused too.
+	if w := hs.doFrom(attacker, "GET", "/sandboxes", "", ""); w.Code != 429 {
+		t.Errorf("no key from the blocked address: %d", w.Code)
+	}
+	w = hs.doFrom(attacker, "PUT", "/upload/templates/tpl1/files/"+strings.Repeat("a", 64)+"?expires=1&signature=bad", "", "x")
+	if code, _ := errorBody(t, w); code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a bad upload signature from the blocked address: %d %s", w.Code, w.Body.String())
 	}
 	if w := hs.doFrom(bystander, "GET", "/sandboxes", keyTeam1, ""); w.Code != 200 {
 		t.Errorf("another address: %d", w.Code)
@@ -93,8 +97,30 @@ func TestFailedAuthenticationsPerAddress(t *testing.T) {
 		t.Errorf("after %d bad upload signatures: %d", authFailureBurst, w.Code)
 	}
 	clock.advance(2 * time.Second)
-	if w := hs.doFrom(attacker, "GET", "/sandboxes", keyTeam1, ""); w.Code != 200 {
-		t.Errorf("after the wait: %d", w.Code)
+	if w := hs.doFrom(attacker, "GET", "/sandboxes", bad, ""); w.Code != 401 {
+		t.Errorf("a bad key after the wait: %d", w.Code)
+	}
+}
+
+// Behind a load balancer every client has its address: many failures
+// from it (one tenant guessing, or misconfigured) must not lock the
+// other tenants out. Their valid credentials are served; only further
+// failures are refused.
+func TestFailuresFromALoadBalancerDoNotRefuseValidKeys(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	hs := newHarness(t, Config{Now: clock.now})
+	const lb = "10.0.0.2:51000"
+	bad := "e2b_" + strings.Repeat("0", 40)
+	for range 10 * authFailureBurst {
+		hs.doFrom(lb, "GET", "/sandboxes", bad, "")
+	}
+	for i, key := range []string{keyTeam1, keyTeam2, keyTeam1} {
+		if w := hs.doFrom(lb, "GET", "/sandboxes", key, ""); w.Code != 200 {
+			t.Errorf("valid key %d through the load balancer: %d %s", i, w.Code, w.Body.String())
+		}
+	}
+	if w := hs.doFrom(lb, "GET", "/sandboxes", bad, ""); w.Code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a further failure: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
 }
 

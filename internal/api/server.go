@@ -104,16 +104,22 @@ type Server struct {
 	// teams limits each team's requests; nil when Config.RateLimit is 0.
 	teams *ratelimit.Keyed
 	// authFailures is each client address's budget of requests that fail
-	// authentication: spent by each failure, checked before any attempt.
+	// authentication: spent by each failure; once spent, further failures
+	// are answered 429 instead of 401. Valid credentials never are.
 	authFailures *ratelimit.Keyed
 }
 
 var _ gen.ServerInterface = (*Server)(nil)
 
 // Failed authentications a client address may make: a burst of
-// authFailureBurst, then one per second. Past it, every request from that
-// address is refused (429) before its credentials are looked at, so that
-// keys cannot be guessed at speed.
+// authFailureBurst, then one per second. Past it, each further failure
+// from that address is answered 429 with Retry-After, which the SDK
+// honours by waiting. A request whose credentials are valid is served
+// whatever its address spent: behind a load balancer (without
+// --trusted-proxy) every tenant shares one address, and one tenant's
+// failures must not lock out the others. Credentials are 160-bit random
+// secrets, so the budget is not what keeps them from being guessed; it
+// slows clients that keep failing.
 const (
 	authFailureRate  = 1
 	authFailureBurst = 20
@@ -176,7 +182,7 @@ func isUpload(r *http.Request) bool {
 // authenticate resolves the caller's team from X-API-Key, or from an
 // access token in Authorization: Bearer, and applies the team's rate
 // limit. Only /health and template file uploads (whose URLs are signed)
-// are open. A client address that failed too often is refused first.
+// are open. A failure spends the client address's budget (authFailed).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
@@ -184,14 +190,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		client := ratelimit.ClientKey(r.RemoteAddr)
-		if blocked, wait := s.authFailures.Blocked(client); blocked {
-			tooMany(w, wait, "too many failed authentications from this address; retry later")
-			return
-		}
 		if isUpload(r) {
 			// The signature is checked by the builder; a bad one spends
 			// the address's budget like a bad key.
-			next.ServeHTTP(&authWatcher{ResponseWriter: w, fail: func() { s.authFailures.Spend(client) }}, r)
+			next.ServeHTTP(&authWatcher{ResponseWriter: w, spent: func() (bool, time.Duration) { return s.spendFailure(client) }}, r)
 			return
 		}
 		if id, ok := volumeContentID(r); ok {
@@ -205,14 +207,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 		}
 		if secret == "" {
-			s.authFailures.Spend(client)
-			writeError(w, http.StatusUnauthorized, "missing credentials: send an API key in the X-API-Key header (or an access token as Authorization: Bearer)")
+			s.authFailed(w, client, "missing credentials: send an API key in the X-API-Key header (or an access token as Authorization: Bearer)")
 			return
 		}
 		key, err := auth.Authenticate(r.Context(), s.cfg.Store, kind, secret)
 		if errors.Is(err, auth.ErrUnauthorized) {
-			s.authFailures.Spend(client)
-			writeError(w, http.StatusUnauthorized, "invalid API key or access token")
+			s.authFailed(w, client, "invalid API key or access token")
 			return
 		}
 		if err != nil {
@@ -229,17 +229,54 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// authWatcher calls fail when the response is a 403 (a bad signature).
+// spendFailure counts a failed authentication against client's budget:
+// it reports whether the budget was already spent, and how long until it
+// is not.
+func (s *Server) spendFailure(client string) (spent bool, wait time.Duration) {
+	if blocked, wait := s.authFailures.Blocked(client); blocked {
+		return true, wait
+	}
+	s.authFailures.Spend(client)
+	return false, 0
+}
+
+// authFailed answers a request whose credentials failed: 401 with msg,
+// or 429 with Retry-After once client's budget of failures is spent.
+func (s *Server) authFailed(w http.ResponseWriter, client, msg string) {
+	if spent, wait := s.spendFailure(client); spent {
+		tooMany(w, wait, tooManyFailures)
+		return
+	}
+	writeError(w, http.StatusUnauthorized, msg)
+}
+
+const tooManyFailures = "too many failed authentications from this address; retry later"
+
+// authWatcher spends the budget when the response is a 403 (a bad
+// signature), and turns it into a 429 once the budget is spent.
 type authWatcher struct {
 	http.ResponseWriter
-	fail func()
+	spent   func() (bool, time.Duration)
+	refused bool // the handler's 403 became a 429: drop its body
 }
 
 func (a *authWatcher) WriteHeader(status int) {
 	if status == http.StatusForbidden {
-		a.fail()
+		if spent, wait := a.spent(); spent {
+			a.refused = true
+			a.ResponseWriter.Header().Del("Content-Length")
+			tooMany(a.ResponseWriter, wait, tooManyFailures)
+			return
+		}
 	}
 	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *authWatcher) Write(b []byte) (int, error) {
+	if a.refused {
+		return len(b), nil
+	}
+	return a.ResponseWriter.Write(b)
 }
 
 func (a *authWatcher) Unwrap() http.ResponseWriter { return a.ResponseWriter }

@@ -43,7 +43,7 @@ type volumeKey struct{}
 
 // authenticateVolume admits a content request whose bearer token is the
 // named volume's, under its team's rate limit. A wrong token, or one for
-// another or no volume, is a 401 that spends the address's budget.
+// another or no volume, is a failure (authFailed).
 func (s *Server) authenticateVolume(next http.Handler, w http.ResponseWriter, r *http.Request, id, client string) {
 	if s.cfg.Volumes == nil {
 		writeError(w, http.StatusNotFound, "this server keeps no volumes")
@@ -55,8 +55,7 @@ func (s *Server) authenticateVolume(next http.Handler, w http.ResponseWriter, r 
 	}
 	v, err := s.cfg.Volumes.Authenticate(r.Context(), id, token)
 	if errors.Is(err, volume.ErrUnauthorized) {
-		s.authFailures.Spend(client)
-		writeError(w, http.StatusUnauthorized, "missing or invalid volume token: send the volume's token (from POST or GET /volumes) as Authorization: Bearer")
+		s.authFailed(w, client, "missing or invalid volume token: send the volume's token (from POST or GET /volumes) as Authorization: Bearer")
 		return
 	}
 	if err != nil {

@@ -64,12 +64,14 @@ type Dispatcher struct {
 	// inflight is the creates under way on each node.
 	inflight map[string]int
 	routes   map[string]route
+	// signed holds the routable sandboxes' envd tokens (signed.go).
+	signed signedIndex
 }
 
-// route is a sandbox's node address, as the proxy last looked it up.
+// route is a sandbox's node, as the proxy last looked it up.
 type route struct {
-	addr string
-	at   time.Time
+	node, addr string
+	at         time.Time
 }
 
 // nodesTTL and routeTTL are how long the node list and a sandbox's route
@@ -180,10 +182,7 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	if teamID == "" {
-		return nil, nil
-	}
-	f.TeamID, f.AllTeams = teamID, false
+	f.TeamID = teamID
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -218,13 +217,11 @@ func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Cl
 // Create places a sandbox on the best node that takes it.
 func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	if d.cfg.MaxPerTeam > 0 {
-		running, err := d.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: req.TeamID, States: []store.SandboxState{store.StateRunning}})
+		release, err := d.claim(ctx, req.TeamID)
 		if err != nil {
 			return store.Sandbox{}, err
 		}
-		if len(running) >= d.cfg.MaxPerTeam {
-			return store.Sandbox{}, fmt.Errorf("%w: the team runs %d sandboxes, its most (--max-sandboxes-per-team)", sandbox.ErrTeamLimit, len(running))
-		}
+		defer release()
 	}
 	ns, err := d.nodeList(ctx)
 	if err != nil {
@@ -276,7 +273,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		if err == nil {
 			d.placed[n.Name] = append(d.placed[n.Name], d.cfg.Now())
 			// Its first command comes next: the proxy knows the way.
-			d.routes[rec.ID] = route{addr: n.Address, at: d.cfg.Now()}
+			d.routes[rec.ID] = route{node: n.Name, addr: n.Address, at: d.cfg.Now()}
 		}
 		d.mu.Unlock()
 		if err == nil {
@@ -301,6 +298,38 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, missing
 	}
 	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
+}
+
+// claimTTL is how long a create's place in its team's limit outlives an
+// api process that died while the create was under way. A create that
+// takes longer (a template pull of many minutes) no longer holds its
+// place once the claim expires; the node's own --max-sandboxes-per-team
+// still bounds the team there.
+const claimTTL = 15 * time.Minute
+
+// claim takes a place in team's limit for a create (store.ClaimSandbox:
+// the count of every api replica's creates and of the team's running
+// sandboxes, and the claim, are one transaction), and returns what gives
+// it back once the node has answered: by then a sandbox it made is
+// running and counts for itself.
+func (d *Dispatcher) claim(ctx context.Context, team string) (release func(), err error) {
+	id, err := d.cfg.Store.ClaimSandbox(ctx, team, d.cfg.MaxPerTeam, d.cfg.Now().Add(claimTTL))
+	var over *store.LimitError
+	switch {
+	case errors.As(err, &over):
+		return nil, fmt.Errorf("%w: the team has %d sandboxes running or starting, its most (--max-sandboxes-per-team)", sandbox.ErrTeamLimit, over.Have)
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("%w: no such team", sandbox.ErrInvalid)
+	case err != nil:
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := d.cfg.Store.ReleaseClaim(ctx, id); err != nil {
+			d.log.WarnContext(ctx, "dispatch: giving back a create's place in its team's limit failed; it expires by itself", "team", team, "err", err, "expires_in", claimTTL)
+		}
+	}, nil
 }
 
 // describe is a log's view of candidates: each node with the sandboxes
@@ -490,35 +519,36 @@ func (d *Dispatcher) NetworkLogs(ctx context.Context, teamID, id string, start t
 	return c.NetworkLogs(ctx, teamID, id, start, limit)
 }
 
-// Locate is the internal address of the node that runs sandbox id, for
-// the proxy: proxy.ErrNotFound when it is gone, paused without resuming
-// on traffic, or on a lost node. Answers are reused for routeTTL.
-func (d *Dispatcher) Locate(ctx context.Context, id string) (string, error) {
+// Locate is the name and internal address of the node that runs sandbox
+// id, for the proxy: proxy.ErrNotFound when it is gone, paused without
+// resuming on traffic, or on a lost node. Answers are reused for
+// routeTTL.
+func (d *Dispatcher) Locate(ctx context.Context, id string) (node, addr string, err error) {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	r, ok := d.routes[id]
 	d.mu.Unlock()
 	if ok && now.Sub(r.at) < routeTTL {
-		return r.addr, nil
+		return r.node, r.addr, nil
 	}
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !routable(rec)) {
-		return "", proxy.ErrNotFound
+		return "", "", proxy.ErrNotFound
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	n, err := d.liveNode(ctx, rec.Node, id)
 	if err != nil {
-		return "", proxy.ErrNotFound
+		return "", "", proxy.ErrNotFound
 	}
 	d.mu.Lock()
 	if len(d.routes) > 10000 { // bounded: old entries are only a cache
 		clear(d.routes)
 	}
-	d.routes[id] = route{addr: n.Address, at: now}
+	d.routes[id] = route{node: n.Name, addr: n.Address, at: now}
 	d.mu.Unlock()
-	return n.Address, nil
+	return n.Name, n.Address, nil
 }
 
 // routable: the proxy reaches a running sandbox, and a paused one that
@@ -531,24 +561,4 @@ func (d *Dispatcher) forget(id string) {
 	d.mu.Lock()
 	delete(d.routes, id)
 	d.mu.Unlock()
-}
-
-// SignedBy finds the sandbox whose envd token signed a URL among the
-// cluster's routable sandboxes, asking signed of every one (the time
-// taken tells nothing of which matched).
-func (d *Dispatcher) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	recs, err := d.cfg.Store.ListSandboxes(context.Background(), store.SandboxFilter{AllTeams: true, States: []store.SandboxState{store.StateRunning, store.StatePaused}})
-	if err != nil {
-		return "", err
-	}
-	found := ""
-	for _, r := range recs {
-		if routable(r) && signed(r.EnvdAccessToken) && found == "" {
-			found = r.ID
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
-	}
-	return found, nil
 }

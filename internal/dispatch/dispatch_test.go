@@ -145,7 +145,7 @@ func newCluster2(t *testing.T) *cluster2 {
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
-		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Teams: &noderpc.StoreTeams{Store: st}, Traffic: traffic, Platform: platform}, auth))
+		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Teams: &noderpc.StoreTeams{Store: st}, Traffic: traffic, Platform: platform}, auth.Guard(name)))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
@@ -177,6 +177,11 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 		on[rec.Node]++
 		ids = append(ids, rec.ID)
+		// The proxy's way to it, known from the create: the node's name
+		// too (its traffic is signed for that node).
+		if node, addr, err := d.Locate(ctx, rec.ID); err != nil || node != rec.Node || addr == "" {
+			t.Fatalf("locate after create: %q %q %v, want node %s", node, addr, err, rec.Node)
+		}
 	}
 	// No heartbeat since: the creates it has not counted spread them.
 	if on["na"] != 3 || on["nb"] != 3 {
@@ -239,11 +244,13 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	home.set(nil)
 
 	// The proxy's lookups.
-	addr, err := d.Locate(ctx, id)
+	node, addr, err := d.Locate(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.cfg.Transport.RoundTrip(mustRequest(t, "http://"+addr+"/files", id))
+	req := mustRequest(t, "http://"+addr+"/files", id)
+	req = req.WithContext(cluster.WithTarget(cluster.WithPurpose(ctx, cluster.PurposeTraffic), node))
+	res, err := d.cfg.Transport.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +258,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("forwarded traffic: %d", res.StatusCode)
 	}
-	if _, err := d.Locate(ctx, "nosuch"); !errors.Is(err, proxy.ErrNotFound) {
+	if _, _, err := d.Locate(ctx, "nosuch"); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate unknown: %v", err)
 	}
 	got, err := d.SignedBy(func(token string) bool { return token == "token-"+ids[3] })
@@ -365,7 +372,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	if err := d.Kill(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("kill on a lost node: %v", err)
 	}
-	if _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
+	if _, _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate on a lost node: %v", err)
 	}
 	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 0 {
@@ -631,5 +638,98 @@ func TestOrder(t *testing.T) {
 	}
 	if got := names(map[string]int{"busy": 2}); got != "twin idle" {
 		t.Errorf("a node full with its pending creates: %q", got)
+	}
+}
+
+// Two api replicas, each with several creates of one team under way at
+// once, never let the team past --max-sandboxes-per-team: the check and
+// the reservation are one step in the store.
+func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	gate := make(chan struct{})
+	for _, f := range c.nodes {
+		f.gate = gate
+	}
+	const limit, creates = 2, 8
+	cfg := c.d.cfg
+	cfg.MaxPerTeam = limit
+	var replicas []*Dispatcher
+	for range 2 {
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, d)
+	}
+	inflight := func() int {
+		n := 0
+		for _, d := range replicas {
+			d.mu.Lock()
+			n += d.inflight["na"] + d.inflight["nb"]
+			d.mu.Unlock()
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var made []string
+	refused := 0
+	for i := range creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				made = append(made, rec.ID)
+			case errors.Is(err, sandbox.ErrTeamLimit):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	// Every create has either been refused or waits at its node.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		mu.Lock()
+		n := refused
+		mu.Unlock()
+		if n+inflight() == creates {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refused, %d under way", n, inflight())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+	if len(made) != limit || refused != creates-limit {
+		t.Fatalf("%d creates at once with a limit of %d: %d made (%v), %d refused", creates, limit, len(made), made, refused)
+	}
+	// Once they run, they count as sandboxes: still no room.
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
+		t.Errorf("a create at the limit: %v", err)
+	}
+	// Another team has its own.
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t2", TemplateID: "base"}); err != nil {
+		t.Errorf("another team: %v", err)
+	}
+	// A failed create gives its place back.
+	if _, err := c.st.UpdateSandbox(ctx, made[0], func(s *store.Sandbox) error { s.State = store.StateKilled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes["na"].set(errors.New("boom"))
+	c.nodes["nb"].set(errors.New("boom"))
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
+		t.Errorf("a create on failing nodes: %v", err)
+	}
+	c.nodes["na"].set(nil)
+	c.nodes["nb"].set(nil)
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err != nil {
+		t.Errorf("a create after one was killed and one failed: %v", err)
 	}
 }

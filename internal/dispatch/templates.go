@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -88,12 +89,13 @@ func (d *Dispatcher) home(ctx context.Context, key string) (store.Node, bool) {
 func (d *Dispatcher) Platform(api http.Handler) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			addr := pr.In.Context().Value(platformKey{}).(string)
+			n := pr.In.Context().Value(platformKey{}).(store.Node)
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = addr
-			// The escaped form goes along: a ref may hold an escaped '/'.
-			pr.Out.URL.Path = noderpc.PlatformPrefix + pr.In.URL.Path
-			pr.Out.URL.RawPath = noderpc.PlatformPrefix + pr.In.URL.EscapedPath()
+			pr.Out.URL.Host = n.Address
+			// The path stays (its escaped form too: a ref may hold an
+			// escaped '/'): the node serves it as a platform request
+			// because it is signed as one.
+			pr.Out = pr.Out.WithContext(cluster.WithTarget(cluster.WithPurpose(pr.Out.Context(), cluster.PurposePlatform), n.Name))
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(noderpc.ClientAddrHeader, pr.In.RemoteAddr)
 		},
@@ -110,23 +112,23 @@ func (d *Dispatcher) Platform(api http.Handler) http.Handler {
 			api.ServeHTTP(w, r)
 			return
 		}
-		var addr string
+		var node store.Node
 		if sbx != "" {
 			if rec, err := d.cfg.Store.GetSandbox(r.Context(), sbx); err == nil {
 				if n, err := d.liveNode(r.Context(), rec.Node, sbx); err == nil {
-					addr = n.Address
+					node = n
 				}
 			}
 		}
-		if addr == "" {
+		if node.Address == "" {
 			n, ok := d.home(r.Context(), key)
 			if !ok {
 				writeError(w, http.StatusServiceUnavailable, "no node is up to serve templates (`warren nodes` shows their states)")
 				return
 			}
-			addr = n.Address
+			node = n
 		}
-		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), platformKey{}, addr)))
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), platformKey{}, node)))
 	})
 }
 

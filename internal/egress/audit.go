@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -41,32 +40,57 @@ const (
 
 // Audit is the audit log: one JSON-lines file per sandbox under a
 // directory (DIR/<sandboxID>.jsonl, rotated to .1 at MaxFileBytes, so a
-// sandbox holds at most twice that), written by one goroutine from a
-// bounded queue so that no connection waits for the disk. Entries that
-// find the queue full are counted and reported in the next line written.
-// Files outlive their sandbox (the audit is most wanted afterwards);
-// Sweep bounds their age and total size.
+// sandbox holds at most twice that), written by one goroutine so that no
+// connection waits for the disk.
+//
+// Entries wait in a bounded queue per sandbox (auditQueuePerSandbox), and
+// the writer takes one entry from each sandbox with entries in turn: a
+// sandbox that logs faster than the disk takes fills its own queue and
+// loses its own entries, never another sandbox's, and does not delay
+// theirs by more than one entry each. Entries that find their queue full
+// are counted and reported in that sandbox's next line written. Files
+// outlive their sandbox (the audit is most wanted afterwards); Sweep
+// bounds their age and total size.
 type Audit struct {
 	dir     string
 	maxFile int64
-	queue   chan auditItem
-	dropped atomic.Int64
 	done    chan struct{}
 	log     *slog.Logger
+
+	qmu    sync.Mutex
+	cond   *sync.Cond // on qmu: an entry was queued or written, or Close
+	queues map[string]*auditQueue
+	ready  []*auditQueue // queues with entries, in the writer's turn order
+	closed bool
+	// overflow counts entries dropped because auditMaxQueues sandboxes
+	// already had entries waiting (reported in the node's log).
+	overflow int64
 
 	mu    sync.Mutex // file operations: the writer's rotation, readers
 	files map[string]*os.File
 }
 
-type auditItem struct {
-	e     Entry
-	flush chan struct{}
+// auditQueue is one sandbox's entries waiting for the writer.
+type auditQueue struct {
+	id      string
+	entries []Entry
+	dropped int64  // entries that found the queue full, not yet reported
+	queued  uint64 // entries ever queued, and of them written: Flush waits on these
+	written uint64
 }
 
 // DefaultAuditFileBytes is a sandbox's audit file size before rotation.
 const DefaultAuditFileBytes = 1 << 20
 
-const auditQueue = 4096
+const (
+	// auditQueuePerSandbox bounds one sandbox's waiting entries: a few
+	// seconds of the most the kernel logs for it (network.auditRate per
+	// second) and of a busy proxy's connections.
+	auditQueuePerSandbox = 1024
+	// auditMaxQueues bounds the sandboxes with entries waiting, far above
+	// the sandboxes a node runs (a bound on memory, not a policy).
+	auditMaxQueues = 4096
+)
 
 // OpenAudit opens (creating) the audit directory and starts the writer.
 func OpenAudit(dir string, maxFile int64, log *slog.Logger) (*Audit, error) {
@@ -79,13 +103,14 @@ func OpenAudit(dir string, maxFile int64, log *slog.Logger) (*Audit, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress: audit dir: %w", err)
 	}
-	a := &Audit{dir: dir, maxFile: maxFile, queue: make(chan auditItem, auditQueue), done: make(chan struct{}),
-		log: log, files: map[string]*os.File{}}
+	a := &Audit{dir: dir, maxFile: maxFile, done: make(chan struct{}), log: log,
+		queues: map[string]*auditQueue{}, files: map[string]*os.File{}}
+	a.cond = sync.NewCond(&a.qmu)
 	go a.write()
 	return a, nil
 }
 
-// Log queues an entry; it never blocks.
+// Log queues an entry; it never blocks. After Close it drops the entry.
 func (a *Audit) Log(e Entry) {
 	if a == nil {
 		return
@@ -93,21 +118,59 @@ func (a *Audit) Log(e Entry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	select {
-	case a.queue <- auditItem{e: e}:
-	default:
-		a.dropped.Add(1)
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	if a.closed {
+		return
 	}
+	q := a.queues[e.Sandbox]
+	if q == nil {
+		if len(a.queues) >= auditMaxQueues {
+			a.overflow++
+			return
+		}
+		q = &auditQueue{id: e.Sandbox}
+		a.queues[e.Sandbox] = q
+	}
+	if len(q.entries) >= auditQueuePerSandbox {
+		q.dropped++
+		return
+	}
+	q.entries = append(q.entries, e)
+	q.queued++
+	if len(q.entries) == 1 {
+		a.ready = append(a.ready, q)
+	}
+	a.cond.Broadcast()
 }
 
-// Flush waits until everything queued before it is written.
+// Flush waits until every entry queued before it is written (or dropped
+// by Close).
 func (a *Audit) Flush() {
 	if a == nil {
 		return
 	}
-	f := make(chan struct{})
-	a.queue <- auditItem{flush: f}
-	<-f
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	waitFor := make(map[*auditQueue]uint64, len(a.queues))
+	for _, q := range a.queues {
+		waitFor[q] = q.queued
+	}
+	for q, n := range waitFor {
+		for q.written < n && !(a.closed && a.doneWriting()) {
+			a.cond.Wait()
+		}
+	}
+}
+
+// doneWriting reports whether the writer has stopped; qmu is held.
+func (a *Audit) doneWriting() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Close writes what is queued and stops the writer.
@@ -115,31 +178,81 @@ func (a *Audit) Close() {
 	if a == nil {
 		return
 	}
-	close(a.queue)
+	a.qmu.Lock()
+	if a.closed {
+		a.qmu.Unlock()
+		<-a.done
+		return
+	}
+	a.closed = true
+	a.cond.Broadcast()
+	a.qmu.Unlock()
 	<-a.done
+}
+
+// next waits for the next entry in turn and takes it from its queue,
+// with the count of the sandbox's entries dropped before it. It reports
+// false when the audit is closed and nothing is left.
+func (a *Audit) next() (q *auditQueue, e Entry, dropped int64, ok bool) {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	for len(a.ready) == 0 {
+		if a.closed {
+			return nil, Entry{}, 0, false
+		}
+		a.cond.Wait()
+	}
+	q = a.ready[0]
+	a.ready = a.ready[1:]
+	e = q.entries[0]
+	q.entries = q.entries[1:]
+	dropped, q.dropped = q.dropped, 0
+	if len(q.entries) > 0 {
+		a.ready = append(a.ready, q) // its next entry waits for the others' turns
+	}
+	return q, e, dropped, true
+}
+
+// wrote records that q's entry is written, and forgets q once it is empty.
+func (a *Audit) wrote(q *auditQueue) (overflow int64) {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q.written++
+	if len(q.entries) == 0 && q.dropped == 0 && a.queues[q.id] == q {
+		delete(a.queues, q.id)
+	}
+	overflow, a.overflow = a.overflow, 0
+	a.cond.Broadcast()
+	return overflow
 }
 
 var auditName = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
 func (a *Audit) write() {
-	defer close(a.done)
 	defer func() {
 		a.mu.Lock()
 		for _, f := range a.files {
 			f.Close()
 		}
 		a.mu.Unlock()
+		a.qmu.Lock()
+		close(a.done)
+		a.cond.Broadcast() // Flush waiters of a closed audit
+		a.qmu.Unlock()
 	}()
-	for it := range a.queue {
-		if it.flush != nil {
-			close(it.flush)
-			continue
+	for {
+		q, e, dropped, ok := a.next()
+		if !ok {
+			return
 		}
-		if n := a.dropped.Swap(0); n > 0 {
-			it.e.Reason = strings.TrimSpace(fmt.Sprintf("%s (%d earlier entries of the node were dropped: the audit queue was full)", it.e.Reason, n))
+		if dropped > 0 {
+			e.Reason = strings.TrimSpace(fmt.Sprintf("%s (%d earlier entries of this sandbox were dropped: it logged faster than its audit queue is written)", e.Reason, dropped))
 		}
-		if err := a.append(it.e); err != nil {
-			a.log.Warn("egress audit: writing an entry", "sandbox", it.e.Sandbox, "err", err)
+		if err := a.append(e); err != nil {
+			a.log.Warn("egress audit: writing an entry", "sandbox", e.Sandbox, "err", err)
+		}
+		if n := a.wrote(q); n > 0 {
+			a.log.Warn("egress audit: entries dropped: too many sandboxes had entries waiting", "dropped", n)
 		}
 	}
 }

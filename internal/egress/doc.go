@@ -32,7 +32,13 @@
 //  4. Otherwise allowed.
 //
 // Anything that is neither TLS nor HTTP (or says no name) is judged by
-// the address rules alone. A server-first protocol (SSH, SMTP) to an
+// the address rules alone. Plain HTTP is relayed request by request, and
+// every request after the first of a keep-alive connection that names
+// another host is judged again by that host: refused (403) if the policy
+// forbids it, or if the connection cannot carry it (421: a name allowed
+// only by domain whose addresses do not include this connection's, or a
+// host with rules), so that a server hosting an allowed and a forbidden
+// name at one address never gets the forbidden one's requests. A server-first protocol (SSH, SMTP) to an
 // address the rules allow is spliced as soon as the server speaks.
 //
 // A host that has transform rules gets its requests rewritten: plain HTTP

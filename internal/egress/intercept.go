@@ -6,8 +6,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -46,42 +50,80 @@ func (cn *conn) interceptTLS(up net.Conn, hello []byte, host string, rule HostRu
 		return
 	}
 	p.cfg.Audit.Log(cn.entry)
-	cn.interceptHTTP(client, upTLS, host, rule)
+	cn.relayHTTP(client, upTLS, host, &rule)
 }
 
-// interceptHTTP relays HTTP/1 requests from client to up one by one,
-// setting rule's headers on each. A request that names another host ends
+// relayHTTP relays HTTP/1 requests from client to up one by one, so that
+// each is judged by the host it names (its Host, and its absolute target's
+// host), not only the first of a keep-alive connection.
+//
+// With a rule (a host with transforms, plain or intercepted TLS), every
+// request gets the rule's headers, and one that names another host ends
 // the connection with 421: a connection to one host never carries a
-// secret to another.
-func (cn *conn) interceptHTTP(client, up net.Conn, host string, rule HostRule) {
+// secret to another. Each request is audited.
+//
+// Without (plain HTTP), a request that names the connection's host goes
+// on; one that names another host is judged by the sandbox's current
+// policy (checkOtherHost) and audited, refused with 403 or 421 when it
+// may not go on this connection.
+func (cn *conn) relayHTTP(client, up net.Conn, host string, rule *HostRule) {
 	defer client.Close()
 	defer up.Close()
 	p := cn.p
-	cr, ur := bufio.NewReader(client), bufio.NewReader(up)
+	// The head of each request is bounded, as net/http's server bounds
+	// it; its body is not.
+	lr := &io.LimitedReader{R: client}
+	cr, ur := bufio.NewReader(lr), bufio.NewReader(up)
 	for {
 		_ = client.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
+		lr.N = maxRequestHead
 		req, err := http.ReadRequest(cr)
 		if err != nil {
 			return
 		}
+		lr.N = math.MaxInt64
 		_ = client.SetReadDeadline(time.Time{})
+		// The request goes on as it came: no User-Agent is added where
+		// it had none, and no 100-continue is awaited (the body is
+		// forwarded as it comes, and a 100 answer would be one answer
+		// too many).
+		if _, ok := req.Header["User-Agent"]; !ok {
+			req.Header["User-Agent"] = []string{""}
+		}
+		req.Header.Del("Expect")
 		e := cn.entry
 		e.Time, e.Request, e.Host, e.Via = time.Time{}, req.Method, req.Host, cn.entry.Via
-		if NormalizeHost(req.Host) != host || (req.URL.IsAbs() && NormalizeHost(req.URL.Host) != host) {
+		other := otherHost(req, host)
+		switch {
+		case other == nil && rule == nil:
+			// The connection's own host, already judged and audited.
+		case other != nil && rule != nil:
 			e.Decision, e.Reason = Deny, "a request on a connection to "+host+" names another host"
 			p.cfg.Audit.Log(e)
 			writeStatus(client, http.StatusMisdirectedRequest, "this connection is to "+host+"; open another one for another host")
 			return
-		}
-		injected, err := cn.transform(req, rule)
-		if err != nil {
-			e.Decision, e.Reason = Deny, err.Error()
+		case other != nil:
+			code, v, reason := cn.checkOtherHost(up, *other)
+			e.Rule, e.Reason = v.rule, reason
+			if code != 0 {
+				e.Decision = Deny
+				p.cfg.Audit.Log(e)
+				writeStatus(client, code, "Warren egress policy: "+reason)
+				return
+			}
+			e.Decision = Allow
 			p.cfg.Audit.Log(e)
-			writeStatus(client, http.StatusBadGateway, "Warren egress rule for "+host+": "+err.Error())
-			return
+		default:
+			injected, err := cn.transform(req, *rule)
+			if err != nil {
+				e.Decision, e.Reason = Deny, err.Error()
+				p.cfg.Audit.Log(e)
+				writeStatus(client, http.StatusBadGateway, "Warren egress rule for "+host+": "+err.Error())
+				return
+			}
+			e.Decision, e.Injected = Allow, injected
+			p.cfg.Audit.Log(e)
 		}
-		e.Decision, e.Injected = Allow, injected
-		p.cfg.Audit.Log(e)
 		if err := req.Write(up); err != nil {
 			return
 		}
@@ -102,6 +144,67 @@ func (cn *conn) interceptHTTP(client, up net.Conn, host string, rule HostRule) {
 			return
 		}
 	}
+}
+
+// maxRequestHead bounds a relayed request's line and headers.
+const maxRequestHead = 1 << 20
+
+// otherHost returns the host a request names that is not the
+// connection's (its Host, else its absolute target's), or nil if it names
+// only the connection's.
+func otherHost(req *http.Request, host string) *string {
+	if h := NormalizeHost(req.Host); h != host {
+		return &h
+	}
+	if req.URL.IsAbs() {
+		if h := NormalizeHost(req.URL.Host); h != host {
+			return &h
+		}
+	}
+	return nil
+}
+
+// checkOtherHost judges a plain-HTTP request that names another host than
+// its connection's by the sandbox's current policy, and whether the
+// connection may carry it: an address or default allowance holds for any
+// host on it, but a domain allowance only to an address of that name, and
+// a host with rules needs a connection of its own. It returns 0, or the
+// status to refuse the request with and why.
+func (cn *conn) checkOtherHost(up net.Conn, host string) (int, verdict, string) {
+	p := cn.p
+	sb, ok := p.lookup(cn.src)
+	if !ok {
+		return http.StatusForbidden, verdict{rule: "node"}, "the sandbox is gone"
+	}
+	pol := sb.Policy
+	v := judge(pol, cn.dst, host)
+	if !v.allow {
+		return http.StatusForbidden, v, "requests to " + displayHost(host) + " are not allowed"
+	}
+	if _, hasRule := pol.RuleFor(host); hasRule && host != "" {
+		return http.StatusMisdirectedRequest, v, displayHost(host) + " has egress rules: open a connection of its own for it"
+	}
+	if !v.domain {
+		return 0, v, ""
+	}
+	upAddr, err := netip.ParseAddrPort(up.RemoteAddr().String())
+	if pol.Upstream != nil || err != nil {
+		return http.StatusMisdirectedRequest, v, "this connection is not to " + displayHost(host) + ": open another one for it"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	defer cancel()
+	addrs, err := p.dial.resolve(ctx, host)
+	if err != nil || !slices.Contains(addrs, upAddr.Addr().Unmap()) {
+		return http.StatusMisdirectedRequest, v, "this connection is not to an address of " + displayHost(host) + ": open another one for it"
+	}
+	return 0, v, ""
+}
+
+func displayHost(h string) string {
+	if h == "" {
+		return "no host name"
+	}
+	return h
 }
 
 // transform sets the rule's headers on req, resolving secrets, and

@@ -444,7 +444,12 @@ func (cn *conn) serve() {
 		cn.interceptTLS(up, first.data, host, rule)
 	case hasRule && first.kind == KindHTTP:
 		p.cfg.Audit.Log(cn.entry)
-		cn.interceptHTTP(&prefixConn{Conn: cn.client, prefix: first.data}, up, host, rule)
+		cn.relayHTTP(&prefixConn{Conn: cn.client, prefix: first.data}, up, host, &rule)
+	case first.kind == KindHTTP:
+		// Request by request: each keep-alive request is judged by the
+		// host it names (relayHTTP).
+		p.cfg.Audit.Log(cn.entry)
+		cn.relayHTTP(&prefixConn{Conn: cn.client, prefix: first.data}, up, host, nil)
 	default:
 		p.cfg.Audit.Log(cn.entry)
 		splice(&prefixConn{Conn: cn.client, prefix: first.data}, up)

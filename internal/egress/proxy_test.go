@@ -771,3 +771,54 @@ func TestStrayConnectionWarningsAreLimited(t *testing.T) {
 		t.Errorf("no warning says how many were not logged:\n%s", logged.String())
 	}
 }
+
+// Every request on a plain-HTTP connection is judged by its own Host, not
+// only the first: a server that hosts an allowed name and a forbidden one
+// at the same address (a CDN, a shared host) must not get the second
+// through a connection opened for the first.
+func TestProxyJudgesEachPlainHTTPRequest(t *testing.T) {
+	real, _ := twinServers(t, nil)
+	names := fakeResolver{"api.example.test": {real.addr.Addr()}, "evil.test": {real.addr.Addr()}}
+	tp := newTestProxy(t, names, nil, nil)
+	tp.register(mustCompile(t, Config{AllowOut: []string{"api.example.test"}}, false))
+	for _, second := range []string{
+		"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"GET http://evil.test/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+	} {
+		before := real.requests.Load()
+		c, err := tp.dial(real.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		rd := bufio.NewReader(c)
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+		res, err := http.ReadResponse(rd, nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("the first request, to an allowed host: %v, %v", res, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		fmt.Fprint(c, second)
+		res, err = http.ReadResponse(rd, nil)
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode == http.StatusOK {
+				t.Errorf("second request %q on the connection: %s %q; want it refused", second, res.Status, body)
+			}
+		}
+		c.Close()
+		if n := real.requests.Load() - before; n != 1 {
+			t.Errorf("second request %q: the server got %d requests on the connection; want only the allowed one", second, n)
+		}
+	}
+	var denied int
+	for _, e := range tp.entries() {
+		if e.Decision == Deny && e.Proto == string(KindHTTP) {
+			denied++
+		}
+	}
+	if denied != 2 {
+		t.Errorf("%d denied HTTP requests in the audit; want 2: %+v", denied, tp.entries())
+	}
+}

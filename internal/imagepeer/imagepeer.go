@@ -44,8 +44,9 @@ const DigestTrailer = "Warren-Layer-Digest"
 
 // Handler serves images' records (GET /images/templates/ID), layers
 // (GET /images/layers/ID) and checkpoints (GET /images/snapshots/ID) from
-// images. It belongs behind the cluster's
-// authentication (internal/noderpc).
+// images. It belongs behind the cluster's authentication
+// (internal/noderpc, cluster.PurposeImages), which signs its answers: a
+// layer or checkpoint changed on the way fails the puller's read.
 func Handler(images *image.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {

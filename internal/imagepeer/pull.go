@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/layertar"
 )
@@ -37,6 +38,8 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	if !image.ValidID(id) {
 		return fmt.Errorf("imagepeer: invalid image id %q", id)
 	}
+	// Every request of the pull is signed for node, as an image pull.
+	ctx = cluster.WithTarget(cluster.WithPurpose(ctx, cluster.PurposeImages), node)
 	p.mu.Lock()
 	if p.pulling == nil {
 		p.pulling = map[string]*sync.Mutex{}
@@ -91,7 +94,9 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	return p.Images.PutTemplate(&t)
 }
 
-// get asks url, a 200 or an error.
+// get asks url, a 200 or an error. The node signs its answer and the
+// transport checks it, its body at its end: a layer or checkpoint changed
+// on the way fails its read.
 func (p *Puller) get(ctx context.Context, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

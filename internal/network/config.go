@@ -45,6 +45,13 @@ type Config struct {
 	// AuditGroup, if not 0, is the NFLOG group slot policies log each
 	// new connection's verdict to (see policy.go).
 	AuditGroup uint16
+	// MaxConns bounds the connections (conntrack entries) each slot may
+	// have open at once, TCP, UDP and anything else it starts (see
+	// limits.go). 0: DefaultMaxConns; negative: no bound.
+	MaxConns int
+	// ConnRate bounds the new connections each slot may open per second,
+	// with bursts of twice that. 0: DefaultConnRate; negative: no bound.
+	ConnRate int
 }
 
 // Defaults.
@@ -53,6 +60,12 @@ var DefaultCIDR = netip.MustParsePrefix("10.11.0.0/16")
 const (
 	DefaultPrefix   = "wrn"
 	DefaultPoolSize = 16
+	// DefaultMaxConns and DefaultConnRate are a slot's connection bounds:
+	// far above what a build or a crawler needs, far below the host's
+	// conntrack table (262144 entries on a 4 GiB host), so that one
+	// sandbox cannot fill it and cut every other one off.
+	DefaultMaxConns = 8192
+	DefaultConnRate = 200
 
 	slotBits  = 30 // every slot gets a /30
 	ifNameMax = 15 // IFNAMSIZ less the terminating NUL
@@ -73,6 +86,8 @@ func (c Config) normalize() (Config, error) {
 	case c.PoolSize < 0:
 		c.PoolSize = 0
 	}
+	c.MaxConns = orDefault(c.MaxConns, DefaultMaxConns)
+	c.ConnRate = orDefault(c.ConnRate, DefaultConnRate)
 	if !c.CIDR.Addr().Is4() || c.CIDR.Bits() > slotBits {
 		return c, fmt.Errorf("network: range %s must be IPv4 and hold at least one /%d", c.CIDR, slotBits)
 	}
@@ -97,6 +112,17 @@ func (c Config) normalize() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// orDefault is v, def for 0, and -1 (no bound) for any negative v.
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
 }
 
 func validPrefix(p string) bool {

@@ -70,4 +70,8 @@
 // except ranges in Config.AllowPrivate and port 53 of Config.Resolvers.
 // Other traffic is forwarded and leaves through the uplink (the interface
 // of the default route) with its source masqueraded.
+//
+// Each slot may have Config.MaxConns connections open and open
+// Config.ConnRate new ones a second (limits.go): one sandbox cannot fill
+// the host's conntrack table.
 package network

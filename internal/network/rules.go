@@ -55,6 +55,11 @@ func (m *Manager) installRules() error {
 	pre := chain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriorityRaw)
 	rule(pre, ifnamePrefix(expr.MetaKeyIIFNAME, slots), sourceNotRoutedBack(), countAndDrop())
 
+	// Each slot's bounds on new connections (limits.go).
+	if err := m.addLimits(c, filter, slots); err != nil {
+		return err
+	}
+
 	// Sandboxes reach no host service, on any host address: only replies
 	// to connections the host opened (the platform dials into sandboxes),
 	// and ICMP errors about them, get in.

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -110,6 +111,9 @@ type Config struct {
 	// it is added to every sandbox's system trust bundle and written to
 	// TrustCAPath (see egress.go).
 	TrustCA []byte
+	// DiskIO bounds each sandbox's IO on the block device of its disk
+	// (runtime.DiskIO); zero: no bound.
+	DiskIO runtime.DiskIO
 }
 
 // Node creates and deletes sandboxes on this machine.
@@ -273,7 +277,7 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 	if req.Workdir != "" {
 		args = append(args, "--workdir", req.Workdir)
 	}
-	return inst, runtime.Spec{
+	spec := runtime.Spec{
 		ID:          req.ID,
 		RootFS:      inst.Rootfs.Dir(),
 		EnvdPath:    n.cfg.EnvdPath,
@@ -286,7 +290,27 @@ func (n *Node) prepare(ctx context.Context, req CreateRequest, mount func(contex
 		MemoryMB:    req.MemoryMB,
 		Mounts:      req.Mounts,
 		Background:  req.Background,
-	}, nil
+	}
+	if err := n.boundDiskIO(&spec, inst.LogPath); err != nil {
+		return nil, runtime.Spec{}, fmt.Errorf("node: disk of %s: %w", req.ID, err)
+	}
+	return inst, spec, nil
+}
+
+// boundDiskIO gives spec the node's disk IO bounds on the block device of
+// the sandbox's writable layer: the file system that holds its log (the
+// sandbox's own disk, or the data dir's without a disk size). A file
+// system on no block device gets none.
+func (n *Node) boundDiskIO(spec *runtime.Spec, onDisk string) error {
+	if n.cfg.DiskIO.IsZero() {
+		return nil
+	}
+	dev, ok, err := runtime.BlockDeviceOf(filepath.Dir(onDisk))
+	if err != nil || !ok {
+		return err
+	}
+	spec.DiskIO, spec.DiskDevice = n.cfg.DiskIO, dev
+	return nil
 }
 
 // Foreground gives a sandbox created with CreateRequest.Background the CPU

@@ -27,7 +27,8 @@ type Client struct {
 }
 
 // NewTransport is the HTTP transport to a cluster's nodes, signing every
-// request with auth: short dial and header timeouts, so that a node that
+// request with auth for the purpose and node in its context
+// (cluster.WithPurpose, cluster.WithTarget): short dial and header timeouts, so that a node that
 // died answers "unavailable" within seconds rather than hanging.
 func NewTransport(auth *cluster.Auth) http.RoundTripper {
 	return auth.Transport(&http.Transport{
@@ -39,9 +40,10 @@ func NewTransport(auth *cluster.Auth) http.RoundTripper {
 }
 
 // NewClient returns a client of the node named node at addr (HOST:PORT),
-// over transport (NewTransport).
+// over transport (NewTransport); its calls are signed for
+// cluster.PurposeRPC on that node.
 func NewClient(node, addr string, transport http.RoundTripper) *Client {
-	hc := &http.Client{Transport: transport}
+	hc := &http.Client{Transport: cluster.Bind(transport, cluster.PurposeRPC, node)}
 	return &Client{node: node, rpc: nodev1connect.NewNodeServiceClient(hc, "http://"+addr)}
 }
 

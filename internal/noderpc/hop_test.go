@@ -37,11 +37,11 @@ func BenchmarkProxyHop(b *testing.B) {
 	auth, _ := cluster.NewAuth([]byte(strings.Repeat("b", 32)))
 	direct := httptest.NewServer(nodeProxy)
 	defer direct.Close()
-	node := httptest.NewServer(noderpc.Handler(noderpc.Served{Traffic: nodeProxy}, auth))
+	node := httptest.NewServer(noderpc.Handler(noderpc.Served{Traffic: nodeProxy}, auth.Guard("n1")))
 	defer node.Close()
 	nodeAddr := strings.TrimPrefix(node.URL, "http://")
 	fwd := httptest.NewServer(proxy.NewForwarder(proxy.ForwardConfig{Domain: "localhost",
-		Locate:    func(context.Context, string) (string, error) { return nodeAddr, nil },
+		Locate:    func(context.Context, string) (string, string, error) { return "n1", nodeAddr, nil },
 		SignedBy:  func(func(string) bool) (string, error) { return "", proxy.ErrNotFound },
 		Transport: noderpc.NewTransport(auth), ClientAddrHeader: noderpc.ClientAddrHeader}))
 	defer fwd.Close()

@@ -1,14 +1,17 @@
 // Package noderpc is the internal RPC between a cluster's api and node
 // processes (proto/node/v1): the node side serves NodeService on its
-// sandbox manager, beside the sandbox traffic the api's proxy forwards to
-// it, both behind the cluster's authentication; the api side is a Client
-// per node that turns the node's errors back into the sandbox manager's
-// (so the api answers them as a single server would).
+// sandbox manager, beside the sandbox traffic the api's proxy forwards,
+// the platform routes and the image pulls, all behind the cluster's
+// authentication and each to the requests signed for its purpose
+// (docs/cluster-security.md); the api side is a Client per node that
+// turns the node's errors back into the sandbox manager's (so the api
+// answers them as a single server would).
 package noderpc
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -16,7 +19,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/cluster"
-	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
@@ -28,57 +30,92 @@ type Sandboxes = api.Sandboxes
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
 
-// ClientAddrHeader carries, on forwarded sandbox traffic, the address of
-// the client the api's proxy took the request from: the node's proxy
-// budgets wrong tokens per client, not per api process. Only an
-// authenticated request's is believed.
+// ClientAddrHeader carries, on forwarded sandbox traffic and platform
+// requests, the address of the client the api took the request from:
+// the node budgets wrong tokens per client, not per api process. Only a
+// signed one (cluster.HeadersHeader lists it) on those purposes is
+// believed.
 const ClientAddrHeader = "Warren-Client-Addr"
 
-// PlatformPrefix is where a node serves the platform API's template
-// routes that an api forwards to it (builds run on nodes).
-const PlatformPrefix = "/platform"
+// maxRPCBody bounds a NodeService call's body: it is read whole, and its
+// proof checked, before the call is served.
+const maxRPCBody = 8 << 20
 
-// Served is what a node serves on its internal address.
+// platformPrefetch is how much of a platform request's body is read, and
+// so verified, before the platform API serves it: JSON bodies whole;
+// longer ones (uploads) are verified at their end, where a mismatch fails
+// their reader.
+const platformPrefetch = 1 << 20
+
+// Served is what a node serves on its internal address, each to the
+// requests signed for its purpose (cluster.Purpose) whatever their path.
 type Served struct {
-	// Sandboxes serves NodeService.
+	// Sandboxes serves NodeService (cluster.PurposeRPC).
 	Sandboxes Sandboxes
 	// Traffic is the node's own sandbox proxy: the sandbox traffic an
-	// api's proxy forwards (every path not below).
+	// api's proxy forwards (cluster.PurposeTraffic), its path the
+	// client's.
 	Traffic http.Handler
 	// Platform is the platform API, for the template routes an api
-	// forwards (under PlatformPrefix); nil: none.
+	// forwards (cluster.PurposePlatform, their own paths); nil: none.
 	Platform http.Handler
 	// Images serves built images to the other nodes
-	// (internal/imagepeer, under imagepeer.Prefix); nil: none.
+	// (internal/imagepeer, cluster.PurposeImages); nil: none.
 	Images http.Handler
 	// Teams says which teams exist: every NodeService call must name
 	// one (teams.go). nil refuses every call.
 	Teams Teams
 }
 
-// Handler is a node's internal address. Nothing is served without the
-// cluster's authentication but GET /health without it (the probes'),
-// which says only that the node serves.
-func Handler(s Served, auth *cluster.Auth) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(nodeService(s))
-	fromClient := func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if a := r.Header.Get(ClientAddrHeader); a != "" {
-				r.RemoteAddr = a
-			}
+// Handler is a node's internal address. It dispatches on the purpose a
+// request was signed for (guard checks it), never on its path: sandbox
+// traffic for /warren.node.v1.NodeService/… or /images/… is sandbox
+// traffic. Nothing is served without the cluster's authentication but
+// GET /health without it (the probes'), which says only that the node
+// serves.
+func Handler(s Served, guard *cluster.Guard) http.Handler {
+	rpc := http.NewServeMux()
+	rpc.Handle(nodeService(s))
+	refuse := func(w http.ResponseWriter, code int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+	}
+	byPurpose := func(w http.ResponseWriter, r *http.Request) {
+		switch cluster.PurposeOf(r.Context()) {
+		case cluster.PurposeRPC:
 			r.Header.Del(ClientAddrHeader)
-			h.ServeHTTP(w, r)
-		})
+			if err := cluster.BufferBody(r, maxRPCBody); err != nil {
+				refuse(w, bodyStatus(err), "the call's body: "+err.Error())
+				return
+			}
+			rpc.ServeHTTP(w, r)
+		case cluster.PurposeTraffic:
+			fromClient(r)
+			s.Traffic.ServeHTTP(w, r)
+		case cluster.PurposePlatform:
+			if s.Platform == nil {
+				refuse(w, http.StatusNotFound, "this node serves no platform API")
+				return
+			}
+			fromClient(r)
+			if err := cluster.Prefetch(r, platformPrefetch); err != nil {
+				refuse(w, bodyStatus(err), "the request's body: "+err.Error())
+				return
+			}
+			s.Platform.ServeHTTP(w, r)
+		case cluster.PurposeImages:
+			r.Header.Del(ClientAddrHeader)
+			if s.Images == nil {
+				refuse(w, http.StatusNotFound, "this node serves no images")
+				return
+			}
+			s.Images.ServeHTTP(w, r)
+		default: // the guard lets no other through
+			refuse(w, http.StatusUnauthorized, "no purpose")
+		}
 	}
-	if s.Platform != nil {
-		mux.Handle(PlatformPrefix+"/", fromClient(http.StripPrefix(PlatformPrefix, s.Platform)))
-	}
-	if s.Images != nil {
-		mux.Handle(imagepeer.Prefix, s.Images)
-	}
-	mux.Handle("/", fromClient(s.Traffic))
-	authed := auth.Require(mux)
+	authed := guard.Serve(http.HandlerFunc(byPurpose))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get(cluster.AuthHeader) == "" {
 			w.Header().Set("Content-Type", "text/plain")
@@ -87,6 +124,23 @@ func Handler(s Served, auth *cluster.Auth) http.Handler {
 		}
 		authed.ServeHTTP(w, r)
 	})
+}
+
+// fromClient makes r come from the client the api named (a signed
+// ClientAddrHeader: the guard dropped unsigned ones).
+func fromClient(r *http.Request) {
+	if a := r.Header.Get(ClientAddrHeader); a != "" {
+		r.RemoteAddr = a
+	}
+	r.Header.Del(ClientAddrHeader)
+}
+
+// bodyStatus is the status of a body that could not be read whole.
+func bodyStatus(err error) int {
+	if errors.Is(err, cluster.ErrBodyTooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
 }
 
 // nodeService is NodeService's path and handler: the service on the

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/reqid"
 )
@@ -17,12 +18,16 @@ import (
 type ForwardConfig struct {
 	// Domain is what clients put after {port}-{sandboxID}. in hosts.
 	Domain string
-	// Locate finds the internal address (HOST:PORT) of the node that runs
-	// a sandbox: ErrNotFound when the sandbox or its node is gone.
-	Locate func(ctx context.Context, sandboxID string) (string, error)
+	// Locate finds the name and internal address (HOST:PORT) of the node
+	// that runs a sandbox: ErrNotFound when the sandbox or its node is
+	// gone.
+	Locate func(ctx context.Context, sandboxID string) (node, addr string, err error)
 	// SignedBy is Resolver.SignedBy over the cluster's sandboxes.
 	SignedBy func(signed func(envdAccessToken string) bool) (string, error)
-	// Transport reaches the nodes (and authenticates to them).
+	// Transport reaches the nodes and authenticates to them
+	// (cluster.Auth.Transport): each request is signed as sandbox
+	// traffic (cluster.PurposeTraffic) for the sandbox's node, so the
+	// node serves it as such whatever its path.
 	Transport http.RoundTripper
 	// ClientAddrHeader carries the client's address to the node.
 	ClientAddrHeader string
@@ -72,9 +77,6 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
 	defer recoverPanic(f.log, w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
-	if spent(w, f.failures, client) {
-		return
-	}
 	id, port, err := ParseRoute(f.cfg.Domain, r.Host, r.Header)
 	if err != nil {
 		q, op, ok := signedFilesRequest(r)
@@ -84,15 +86,14 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The node finds the sandbox by the signature again, among its own.
 		if id, err = f.cfg.SignedBy(func(token string) bool { return q.Signed(op, token) }); err != nil {
-			f.failures.Spend(client)
-			writeError(w, http.StatusUnauthorized, "", 0, "invalid signature")
+			authFailed(w, f.failures, client, http.StatusUnauthorized, "", "invalid signature")
 			return
 		}
 	} else {
 		r.Header.Set("E2b-Sandbox-Id", id)
 		r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(port))
 	}
-	addr, err := f.cfg.Locate(r.Context(), id)
+	node, addr, err := f.cfg.Locate(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
@@ -102,7 +103,8 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).EnableFullDuplex() // see Proxy.ServeHTTP
-	f.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, addr)))
+	ctx := cluster.WithTarget(cluster.WithPurpose(r.Context(), cluster.PurposeTraffic), node)
+	f.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, addr)))
 }
 
 // upstreamError answers when the node could not be reached or the

@@ -24,11 +24,11 @@ func forwardSetup(t *testing.T, node http.Handler) (string, *Forwarder) {
 	t.Cleanup(ns.Close)
 	f := NewForwarder(ForwardConfig{
 		Domain: "localhost",
-		Locate: func(ctx context.Context, id string) (string, error) {
+		Locate: func(ctx context.Context, id string) (string, string, error) {
 			if id == "sbx1" {
-				return strings.TrimPrefix(ns.URL, "http://"), nil
+				return "n1", strings.TrimPrefix(ns.URL, "http://"), nil
 			}
-			return "", ErrNotFound
+			return "", "", ErrNotFound
 		},
 		SignedBy: func(signed func(string) bool) (string, error) {
 			if signed("token1") {
@@ -97,8 +97,7 @@ func TestForwardErrors(t *testing.T) {
 	if code, _ := get("127.0.0.1", fmt.Sprintf("/files?path=/f&signature=%s&signature_expiration=%d", url.QueryEscape(sig), exp)); code != http.StatusOK {
 		t.Errorf("a signed URL: %d", code)
 	}
-	// Wrong signatures spend the client's budget, then are refused before
-	// any is checked.
+	// Wrong signatures spend the client's budget, then are refused.
 	codes := map[int]int{}
 	for range authFailureBurst + 2 {
 		code, _ := get("127.0.0.1", "/files?path=/f&signature=v1_wrong")
@@ -106,6 +105,10 @@ func TestForwardErrors(t *testing.T) {
 	}
 	if codes[http.StatusUnauthorized] != authFailureBurst || codes[http.StatusTooManyRequests] != 2 {
 		t.Errorf("wrong signatures answered %v", codes)
+	}
+	// A genuine one from the same address is still served.
+	if code, _ := get("127.0.0.1", fmt.Sprintf("/files?path=/f&signature=%s&signature_expiration=%d", url.QueryEscape(sig), exp)); code != http.StatusOK {
+		t.Errorf("a signed URL after the budget is spent: %d", code)
 	}
 }
 
@@ -115,7 +118,7 @@ func TestForwardToADeadNode(t *testing.T) {
 	ln.Close() // nothing listens there now
 	f := NewForwarder(ForwardConfig{
 		Domain:           "localhost",
-		Locate:           func(context.Context, string) (string, error) { return addr, nil },
+		Locate:           func(context.Context, string) (string, string, error) { return "n1", addr, nil },
 		SignedBy:         func(func(string) bool) (string, error) { return "", ErrNotFound },
 		Transport:        http.DefaultTransport,
 		ClientAddrHeader: "Warren-Client-Addr",
@@ -138,7 +141,7 @@ func TestForwardsWebSockets(t *testing.T) {
 func TestPanicsAreInternalErrors(t *testing.T) {
 	p := New(Config{Domain: "localhost", Resolver: resolverFunc(func(context.Context, string) (Target, error) { panic("resolver bug") })})
 	f := NewForwarder(ForwardConfig{Domain: "localhost", ClientAddrHeader: "Warren-Client-Addr",
-		Locate:   func(context.Context, string) (string, error) { panic("locate bug") },
+		Locate:   func(context.Context, string) (string, string, error) { panic("locate bug") },
 		SignedBy: func(func(string) bool) (string, error) { return "", ErrNotFound }})
 	for name, h := range map[string]http.Handler{"proxy": p, "forwarder": f} {
 		w := httptest.NewRecorder()

@@ -20,8 +20,10 @@
 // sandbox's traffic token check, and, on envd's port (which the traffic
 // token does not guard), only with envd's access token: nobody resumes a
 // sandbox with its ID alone. Requests refused for a wrong token spend
-// their client address's budget; once it is spent, that address gets 429
-// with Retry-After.
+// their client address's budget; once it is spent, that address's further
+// failures get 429 with Retry-After, while its requests with the right
+// token are still served (behind a load balancer, all clients may share
+// one address).
 //
 // Signed URLs. The SDK's uploadUrl() and downloadUrl() with E2B_SANDBOX_URL
 // set name no sandbox: they are /files URLs on the proxy's own host with a
@@ -138,8 +140,8 @@ type Proxy struct {
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
 	// failures is each client address's budget of requests refused for
-	// a wrong token; once spent, its requests are refused (429) before
-	// any token is compared.
+	// a wrong token; once spent, its further failures are 429s
+	// (authFailed).
 	failures *ratelimit.Keyed
 }
 
@@ -208,9 +210,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
 	defer recoverPanic(p.log, w, r)
 	client := ratelimit.ClientKey(r.RemoteAddr)
-	if spent(w, p.failures, client) {
-		return
-	}
 	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
 	signed := false
 	if err != nil {
@@ -220,8 +219,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if id, err = p.cfg.Resolver.SignedBy(func(token string) bool { return q.Signed(op, token) }); err != nil {
-			p.failures.Spend(client)
-			writeError(w, http.StatusUnauthorized, "", 0, "invalid signature")
+			authFailed(w, p.failures, client, http.StatusUnauthorized, "", "invalid signature")
 			return
 		}
 		port, signed = envdinfo.Port, true
@@ -237,14 +235,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !trafficAllowed(port, t.TrafficToken, strings.Join(traffic, "")) {
-		p.failures.Spend(client)
-		writeError(w, http.StatusForbidden, id, 0, "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header")
+		authFailed(w, p.failures, client, http.StatusForbidden, id, "this sandbox's traffic needs its traffic access token in the e2b-traffic-access-token header")
 		return
 	}
 	if t.Paused {
 		if port == envdinfo.Port && !signed && !tokenMatches(t.EnvdAccessToken, r.Header.Values("X-Access-Token")) {
-			p.failures.Spend(client)
-			writeError(w, http.StatusUnauthorized, id, 0, "the sandbox is paused: a request to envd resumes it only with the sandbox's access token in X-Access-Token")
+			authFailed(w, p.failures, client, http.StatusUnauthorized, id, "the sandbox is paused: a request to envd resumes it only with the sandbox's access token in X-Access-Token")
 			return
 		}
 		if err := p.cfg.Resolver.Resume(r.Context(), id); err != nil {
@@ -323,14 +319,19 @@ func internalError(log *slog.Logger, w http.ResponseWriter, r *http.Request, san
 	writeError(w, http.StatusInternalServerError, "", 0, reqid.InternalMessage(rid))
 }
 
-// spent answers 429 when client's budget of wrong tokens is spent.
-func spent(w http.ResponseWriter, failures *ratelimit.Keyed, client string) bool {
-	blocked, wait := failures.Blocked(client)
-	if blocked {
+// authFailed answers a request refused for a wrong token or signature:
+// status with msg while client's budget of failures lasts (each spends
+// it), then 429 with Retry-After. Only failures are refused so: a request
+// with the right token is served from any address, since behind a load
+// balancer every client may share one.
+func authFailed(w http.ResponseWriter, failures *ratelimit.Keyed, client string, status int, sandboxID, msg string) {
+	if blocked, wait := failures.Blocked(client); blocked {
 		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
 		writeError(w, http.StatusTooManyRequests, "", 0, "too many requests with a wrong token from this address; retry later")
+		return
 	}
-	return blocked
+	failures.Spend(client)
+	writeError(w, status, sandboxID, 0, msg)
 }
 
 // requestID is the ID ServeHTTP gave r; a fresh one if r did not pass

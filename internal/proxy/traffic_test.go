@@ -228,16 +228,21 @@ func TestSignedURLsFindTheirSandbox(t *testing.T) {
 	n.mu.Unlock()
 	n.take()
 
-	// Guessing spends the address's budget; then even a good one waits.
+	// Guessing spends the address's budget; then further guesses wait,
+	// but a good one does not.
 	const attacker = "198.51.100.9:1"
 	for i := range authFailureBurst {
 		if w := send(attacker, "GET", signed("a.txt", "read", "", fmt.Sprint("guess", i), nil)); w.Code != 401 {
 			t.Fatalf("guess %d: %d", i, w.Code)
 		}
 	}
-	if w := send(attacker, "GET", signed("a.txt", "read", "", "envd-sbx1", nil)); w.Code != 429 {
-		t.Errorf("past the budget: %d", w.Code)
+	if w := send(attacker, "GET", signed("a.txt", "read", "", "guess", nil)); w.Code != 429 {
+		t.Errorf("a guess past the budget: %d", w.Code)
 	}
+	if w := send(attacker, "GET", signed("a.txt", "read", "", "envd-sbx1", nil)); w.Code != 200 {
+		t.Errorf("a good signature past the budget: %d", w.Code)
+	}
+	n.take()
 }
 
 // TestSignedURLResumesAPausedSandbox: a genuine signature is a credential

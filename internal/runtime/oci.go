@@ -269,6 +269,7 @@ func buildResources(s *Spec, o ociOptions) *specs.LinuxResources {
 		limit := o.pidsLimit
 		r.Pids = &specs.LinuxPids{Limit: &limit}
 	}
+	r.BlockIO = blockIO(s)
 	return r
 }
 

@@ -53,6 +53,10 @@ type Spec struct {
 	// yields the CPU to the sandboxes in use: a warm pool's sandbox,
 	// started ahead of a create, until Runtime.Foreground.
 	Background bool
+	// DiskIO bounds the sandbox's IO on DiskDevice, the block device of
+	// its disk (see diskio.go); a zero DiskDevice or DiskIO: no bound.
+	DiskIO     DiskIO
+	DiskDevice Device
 }
 
 // Mount is a bind mount from the host into the sandbox.

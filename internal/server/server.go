@@ -26,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/clientaddr"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -98,6 +99,18 @@ type Config struct {
 	LostAfter time.Duration
 	// NodeLabels label this node in the store (`warren nodes`).
 	NodeLabels map[string]string
+	// SandboxMaxConns bounds the connections each sandbox may have open
+	// at once, SandboxConnRate the new ones it may open per second
+	// (burst twice that); 0: no bound (network.Config's negative).
+	SandboxMaxConns, SandboxConnRate int
+	// SandboxDiskReadMBps, SandboxDiskWriteMBps (MiB/s) and
+	// SandboxDiskIOPS (each way) bound each sandbox's IO on the block
+	// device of its disk; 0: no bound.
+	SandboxDiskReadMBps, SandboxDiskWriteMBps, SandboxDiskIOPS int
+	// TrustedProxies are the load balancers whose PROXY protocol header
+	// or X-Forwarded-For says who the client is (internal/clientaddr);
+	// none: every TCP peer is the client.
+	TrustedProxies clientaddr.Prefixes
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -306,7 +319,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 		})
 		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Teams: &noderpc.StoreTeams{Store: st},
-			Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth)
+			Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
@@ -355,8 +368,18 @@ func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slo
 // publicServers are the API's and the proxy's servers on their
 // listeners, the proxy's over TLS too when it has TLS listeners (with the
 // certificates it serves).
+//
+// On each, the client's address is the TCP peer's, or, from a
+// --trusted-proxy, what its PROXY header or X-Forwarded-For says
+// (internal/clientaddr): the failed-authentication budgets are kept by it.
 func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
-	srvs := []served{{apiSrv, ls.api, false}, {proxy.NewHTTPServer(proxyHandler), ls.proxy, false}}
+	trusted, err := clientaddr.New(cfg.TrustedProxies)
+	if err != nil {
+		return nil, nil, err
+	}
+	apiSrv.Handler = trusted.Handler(apiSrv.Handler)
+	proxyHandler = trusted.Handler(proxyHandler)
+	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
 	if len(ls.tls) == 0 {
 		return srvs, nil, nil
 	}
@@ -367,7 +390,7 @@ func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler 
 	tlsSrv := proxy.NewHTTPServer(proxyHandler)
 	tlsSrv.TLSConfig = certs.TLSConfig()
 	for _, ln := range ls.tls {
-		srvs = append(srvs, served{tlsSrv, ln, true})
+		srvs = append(srvs, served{tlsSrv, trusted.Listen(ln), true})
 	}
 	return srvs, certs, nil
 }
@@ -529,8 +552,12 @@ func newNode(cfg Config, images *image.Store, envd string, eg *egressParts, log 
 	if err := dns.WriteFile(resolvConf); err != nil {
 		return nil, nil, err
 	}
+	if err := checkSandboxBounds(cfg); err != nil {
+		return nil, nil, err
+	}
 	nw, err := network.New(network.Config{CIDR: cidr, Prefix: cfg.NetworkPrefix, AllowPrivate: cfg.AllowPrivate, Resolvers: dns.Nameservers,
-		ProxyPort: eg.port, AuditGroup: auditGroup(cfg.NetworkPrefix)})
+		ProxyPort: eg.port, AuditGroup: auditGroup(cfg.NetworkPrefix),
+		MaxConns: noBoundIfZero(cfg.SandboxMaxConns), ConnRate: noBoundIfZero(cfg.SandboxConnRate)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -544,12 +571,53 @@ func newNode(cfg Config, images *image.Store, envd string, eg *egressParts, log 
 		return nil, nil, err
 	}
 	n, err := node.New(node.Config{Runtime: rt, Network: nw, Rootfs: node.LocalRootfs(roots, images), EnvdPath: envd, ResolvConf: resolvConf,
-		EgressProxy: eg.proxy, TrustCA: eg.ca.CertPEM()})
+		EgressProxy: eg.proxy, TrustCA: eg.ca.CertPEM(), DiskIO: diskIO(cfg)})
 	if err != nil {
 		nw.Close()
 		return nil, nil, err
 	}
 	return n, nw, nil
+}
+
+// Default per-sandbox disk IO bounds: far below what one NVMe disk
+// does, so that a few sandboxes reading or syncing flat out leave the
+// node's disk usable for the others, and far above what a build step or
+// a test suite needs.
+const (
+	DefaultSandboxDiskReadMBps  = 256
+	DefaultSandboxDiskWriteMBps = 128
+	DefaultSandboxDiskIOPS      = 4000
+)
+
+// checkSandboxBounds refuses negative per-sandbox bounds (0 is "none").
+func checkSandboxBounds(cfg Config) error {
+	for flag, v := range map[string]int{
+		"--sandbox-max-conns": cfg.SandboxMaxConns, "--sandbox-conn-rate": cfg.SandboxConnRate,
+		"--sandbox-disk-read-mbps": cfg.SandboxDiskReadMBps, "--sandbox-disk-write-mbps": cfg.SandboxDiskWriteMBps,
+		"--sandbox-disk-iops": cfg.SandboxDiskIOPS,
+	} {
+		if v < 0 {
+			return fmt.Errorf("%s %d: want 0 (no bound) or more", flag, v)
+		}
+	}
+	return nil
+}
+
+// diskIO is the flags' per-sandbox disk IO bounds.
+func diskIO(cfg Config) runtime.DiskIO {
+	return runtime.DiskIO{
+		ReadBytesPerSec: uint64(cfg.SandboxDiskReadMBps) << 20, WriteBytesPerSec: uint64(cfg.SandboxDiskWriteMBps) << 20,
+		ReadIOPS: uint64(cfg.SandboxDiskIOPS), WriteIOPS: uint64(cfg.SandboxDiskIOPS),
+	}
+}
+
+// noBoundIfZero turns a flag's 0 ("no bound") into network.Config's -1
+// (whose 0 means the default).
+func noBoundIfZero(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // checkRuntime refuses runc unless insecure is set: a runc sandbox is a

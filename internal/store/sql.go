@@ -342,23 +342,20 @@ func (s *SQL) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
 	insert := s.q("INSERT INTO sandboxes (" + sandboxColumns + ") VALUES (" + marks + ")")
-	if len(sb.VolumeMounts) == 0 {
-		_, err = s.db.ExecContext(ctx, insert, args...)
-	} else {
-		err = s.insertMounting(ctx, sb, insert, args)
-	}
+	err = s.insertSandbox(ctx, sb, insert, args)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: sandbox %s: %w", sb.ID, ErrConflict)
 	}
 	return err
 }
 
-// insertMounting inserts a sandbox that mounts volumes, in one
-// transaction with the check that each volume is its team's: the
-// volumes' rows are share-locked (PostgreSQL; SQLite's write
-// transactions are exclusive), so a concurrent DeleteVolume either sees
-// this sandbox or deletes the volume before the check, which then fails.
-func (s *SQL) insertMounting(ctx context.Context, sb Sandbox, insert string, args []any) error {
+// insertSandbox inserts a sandbox with its route sequence value
+// (routes.go), in one transaction with the check that each volume it
+// mounts is its team's: the volumes' rows are share-locked (PostgreSQL;
+// SQLite's write transactions are exclusive), so a concurrent
+// DeleteVolume either sees this sandbox or deletes the volume before the
+// check, which then fails.
+func (s *SQL) insertSandbox(ctx context.Context, sb Sandbox, insert string, args []any) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -372,6 +369,9 @@ func (s *SQL) insertMounting(ctx context.Context, sb Sandbox, insert string, arg
 		}
 	}
 	if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
+		return err
+	}
+	if err := s.nextRouteSeq(ctx, tx, sb.ID); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -392,6 +392,7 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 	if err != nil {
 		return Sandbox{}, notFound("sandbox", id, err)
 	}
+	before := sb
 	if err := update(&sb); err != nil {
 		return Sandbox{}, err
 	}
@@ -403,6 +404,11 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 	}
 	if _, err := tx.ExecContext(ctx, s.q(updateByID("sandboxes", sandboxColumns)), append(args[1:], id)...); err != nil {
 		return Sandbox{}, err
+	}
+	if routeChanged(&before, &sb) {
+		if err := s.nextRouteSeq(ctx, tx, id); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	return sb, tx.Commit()
 }

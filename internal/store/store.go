@@ -206,6 +206,8 @@ type Store interface {
 	SecretStore
 	VolumeStore
 	NodeStore
+	ClaimStore
+	RouteStore
 
 	Close() error
 }

@@ -385,7 +385,7 @@ func TestNodeRefusesCallsWithoutAKnownTeam(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, n := range C.nodes {
-		client := nodev1connect.NewNodeServiceClient(&http.Client{Transport: a.Transport(nil)}, "http://"+n.nodeAddr)
+		client := nodev1connect.NewNodeServiceClient(&http.Client{Transport: cluster.Bind(a.Transport(nil), cluster.PurposeRPC, n.name)}, "http://"+n.nodeAddr)
 		for _, tm := range []string{"", "no-such-team"} {
 			for name, call := range map[string]func() error{
 				"Connect": func() error {
