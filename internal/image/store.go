@@ -11,7 +11,7 @@
 //	layers/<layerID>/             a read-only directory tree: one layer
 //	layers/.build-<templateID>/   a layer being built; never used, removed
 //	                              by the next build or by Cleanup
-//	layers/oci-<diffID>/          an OCI image's layer, unpacked (internal/oci)
+//	layers/oci-[<team>-]<diffID>/ an OCI image's layer, unpacked (internal/oci)
 //	layers/.tmp-oci-*/            one being unpacked; removed by Cleanup
 //	layers/.tmp-commit-*/         a sandbox's writes being committed as a
 //	                              layer (internal/rootfs); removed by Cleanup

@@ -109,8 +109,8 @@ func (ts *timedStore) GetTemplate(ctx context.Context, id string) (store.Templat
 	return timed(ts, "GetTemplate", func() (store.Template, error) { return ts.Store.GetTemplate(ctx, id) })
 }
 
-func (ts *timedStore) TemplateByName(ctx context.Context, name string) (store.Template, error) {
-	return timed(ts, "TemplateByName", func() (store.Template, error) { return ts.Store.TemplateByName(ctx, name) })
+func (ts *timedStore) TemplateByName(ctx context.Context, teamID, name string) (store.Template, error) {
+	return timed(ts, "TemplateByName", func() (store.Template, error) { return ts.Store.TemplateByName(ctx, teamID, name) })
 }
 
 func (ts *timedStore) ListTemplates(ctx context.Context, teamID string) ([]store.Template, error) {
@@ -245,4 +245,21 @@ func (ts *timedStore) ListNodes(ctx context.Context) ([]store.Node, error) {
 
 func (ts *timedStore) SetNodeState(ctx context.Context, name string, state store.NodeState) error {
 	return timed0(ts, "SetNodeState", func() error { return ts.Store.SetNodeState(ctx, name, state) })
+}
+
+func (ts *timedStore) ClaimSandbox(ctx context.Context, teamID string, limit int, expires time.Time) (string, error) {
+	return timed(ts, "ClaimSandbox", func() (string, error) { return ts.Store.ClaimSandbox(ctx, teamID, limit, expires) })
+}
+
+func (ts *timedStore) ReleaseClaim(ctx context.Context, claimID string) error {
+	return timed0(ts, "ReleaseClaim", func() error { return ts.Store.ReleaseClaim(ctx, claimID) })
+}
+
+func (ts *timedStore) SandboxRoutes(ctx context.Context, seq int64) ([]store.SandboxRoute, int64, error) {
+	var next int64
+	routes, err := timed(ts, "SandboxRoutes", func() (rs []store.SandboxRoute, err error) {
+		rs, next, err = ts.Store.SandboxRoutes(ctx, seq)
+		return rs, err
+	})
+	return routes, next, err
 }

@@ -9,7 +9,9 @@
 // uncompressed layer tar, so the name depends on the layer's content only:
 // the same layer pulled from two registries, compressed with gzip or zstd,
 // or imported from an archive is unpacked once and shared by every template
-// that uses it, like the built-in layers. Because names are shared, a layer
+// that uses it, like the built-in layers. A team's pulls have layers of
+// their own, "oci-<team tag>-<diffID>" (PullOptions.Team, see ociLayerID):
+// a layer one team pulled with its credentials never answers another's. Because names are shared, a layer
 // is trusted only after the uncompressed stream was hashed while unpacking
 // and matched its diffID; otherwise an image could claim another image's
 // diffID and plant its own files under that name.
@@ -69,6 +71,10 @@ type PullOptions struct {
 	// other non-public addresses, which no other registry may (see
 	// registry.go). The mirror is allowed too.
 	AllowInsecure []string
+	// Team scopes the layers: a team's pull reuses only layers that
+	// team pulled before, never another team's (see ociLayerID). Empty:
+	// the node's own, which imports and operators' pulls share.
+	Team string
 	// Progress, if set, gets one line per event: resolving the reference,
 	// each layer being fetched and unpacked or already present, with
 	// sizes. Lines have no trailing newline.
@@ -94,9 +100,10 @@ var pullPlatform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 
 // Pull fetches ref (for an index: its image for this machine, linux/amd64)
 // and returns a template whose Layers are the image's layers, unpacked
-// under layers/ as "oci-<hex of the layer's uncompressed diffID>". Layers
-// are shared with every other image that has them, and one that is already
-// there is not fetched again, so pulling an image a second time fetches
+// under layers/ as "oci-<hex of the layer's uncompressed diffID>" (with a
+// team's tag before the diffID for opts.Team's). Layers are shared with
+// every other image of the same scope (opts.Team) that has them, and one
+// that is already there is not fetched again, so pulling an image a second time fetches
 // only its manifest and config. Envs, Workdir and User come from the
 // image's config (User "root" when it has none, as for Docker). ID is "":
 // the caller names the template and stores it with PutTemplate.
@@ -170,7 +177,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opts PullOptions) (*i
 		return nil, fail(err)
 	}
 	progress("%s is %s", norm, dgst)
-	t, err := unpackImage(ctx, s, img, progress, true)
+	t, err := unpackImage(ctx, s, img, opts.Team, progress, true)
 	if err != nil {
 		var le *layerError
 		if errors.As(err, &le) {
@@ -204,7 +211,7 @@ func Import(ctx context.Context, s *image.Store, name, archivePath string) (*ima
 	if err != nil {
 		return nil, fmt.Errorf("oci: importing %s from %s: %w", norm, archivePath, err)
 	}
-	t, err := unpackImage(ctx, s, img, nil, false)
+	t, err := unpackImage(ctx, s, img, "", nil, false)
 	if err != nil {
 		return nil, fmt.Errorf("oci: importing %s from %s: %w", norm, archivePath, err)
 	}

@@ -184,7 +184,7 @@ func TestOCIUnpackWhiteouts(t *testing.T) {
 	ctx := context.Background()
 	l1, l2 := unpackLayers(t)
 	img := testImage(t, "amd64", v1.Config{}, l1, l2)
-	tmpl, err := unpackImage(ctx, s, img, func(f string, a ...any) { t.Logf(f, a...) }, false)
+	tmpl, err := unpackImage(ctx, s, img, "", func(f string, a ...any) { t.Logf(f, a...) }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -971,5 +971,76 @@ func TestUnpackStopsAtTheSpaceGuard(t *testing.T) {
 	}
 	if _, err := os.Lstat(s.LayerDir("oci-" + diffIDOf(b).Hex)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("layer dir made: %v", err)
+	}
+}
+
+// TestPulledLayersArePerTeam: a team's pull never answers from another
+// team's layers. Team A pulls its private image with its credentials;
+// team B then pulls, without them, an image of its own registry whose
+// config claims A's layer's diffID: B's layer is fetched from B's
+// registry (and fails to match), never taken from A's, and B's pull of
+// an image with a layer A has tells B nothing (it is fetched as well).
+func TestPulledLayersArePerTeam(t *testing.T) {
+	s := tempStore(t)
+	open, inner := startRegistry(t, nil)
+	private, _ := startRegistry(t, func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
+				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
+	secret := mkTar(t, tfile("secret", "team A's", 0o600))
+	push(t, open.host+"/a/private:1", testImage(t, "amd64", v1.Config{}, secret))
+	ctx := context.Background()
+	allow := []string{open.host, private.host}
+	a, err := Pull(ctx, s, private.host+"/a/private:1", PullOptions{Team: "A", Username: "alice", Password: "s3cret", AllowInsecure: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// B's image: its own layer, under a config that names A's diffID.
+	bogus := mkTar(t, tfile("mine", "team B's", 0o644))
+	img := testImage(t, "amd64", v1.Config{}, bogus)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.RootFS.DiffIDs = []v1.Hash{diffIDOf(secret)}
+	claim, err := mutate.ConfigFile(img, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, open.host+"/b/claim:1", claim)
+	p := &progressLog{t: t}
+	got, err := Pull(ctx, s, open.host+"/b/claim:1", PullOptions{Team: "B", AllowInsecure: allow, Progress: p.add})
+	if err == nil {
+		t.Errorf("team B got team A's private layer from the cache: layers %v (A's %v)", got.Layers, a.Layers)
+	}
+	if p.count("already present") != 0 {
+		t.Errorf("B's pull answered from the cache: %q", p.lines)
+	}
+
+	// B's own image with the same layer as A's (B has the content): it is
+	// fetched for B, not found present.
+	push(t, open.host+"/b/same:1", testImage(t, "amd64", v1.Config{}, secret))
+	p = &progressLog{t: t}
+	if _, err := Pull(ctx, s, open.host+"/b/same:1", PullOptions{Team: "B", AllowInsecure: allow, Progress: p.add}); err != nil {
+		t.Fatal(err)
+	}
+	if p.count("already present") != 0 || p.count("fetching") != 1 {
+		t.Errorf("B's pull of a layer A has: %q", p.lines)
+	}
+	// Within a team, the cache answers.
+	p = &progressLog{t: t}
+	if _, err := Pull(ctx, s, open.host+"/b/same:1", PullOptions{Team: "B", AllowInsecure: allow, Progress: p.add}); err != nil {
+		t.Fatal(err)
+	}
+	if p.count("already present") != 1 {
+		t.Errorf("B's second pull: %q", p.lines)
 	}
 }

@@ -29,10 +29,11 @@ func (e *layerError) Error() string { return "layer " + e.id + ": " + e.err.Erro
 
 func (e *layerError) Unwrap() error { return e.err }
 
-// unpackImage unpacks img's layers that are not there yet and returns a
-// template (without ID) of them and img's config. progress may be nil;
-// sizes says whether img's layers know their (compressed) size cheaply.
-func unpackImage(ctx context.Context, s *image.Store, img v1.Image, progress func(string, ...any), sizes bool) (*image.Template, error) {
+// unpackImage unpacks img's layers that are not there yet (in team's
+// scope, see ociLayerID) and returns a template (without ID) of them and
+// img's config. progress may be nil; sizes says whether img's layers know
+// their (compressed) size cheaply.
+func unpackImage(ctx context.Context, s *image.Store, img v1.Image, team string, progress func(string, ...any), sizes bool) (*image.Template, error) {
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("reading the image config: %w", err)
@@ -62,7 +63,7 @@ func unpackImage(ctx context.Context, s *image.Store, img v1.Image, progress fun
 				step = withFetchSize(step, n)
 			}
 		}
-		id, err := unpackLayer(ctx, s, diffIDs[i], l.Uncompressed, step)
+		id, err := unpackTeamLayer(ctx, s, team, diffIDs[i], l.Uncompressed, step)
 		if err != nil {
 			return nil, err
 		}
@@ -104,13 +105,30 @@ func templateFromConfig(cfg *v1.ConfigFile) *image.Template {
 
 var hexDigest = regexp.MustCompile(`^[a-f0-9]{64}$`)
 
-// ociLayerID is the ID of the layer whose uncompressed tar has diffID.
-func ociLayerID(diffID v1.Hash) (string, error) {
+// ociLayerID is the ID of the layer whose uncompressed tar has diffID,
+// in team's scope: "oci-<diffID>" for the node's own (imports, operator
+// pulls), "oci-<team tag>-<diffID>" for a team's pulls.
+//
+// A team's pulls reuse only the team's layers. Shared by diffID, a layer
+// pulled by one team with its registry credentials would be handed to
+// any team whose image (from a registry of its own) merely claims that
+// diffID, since a layer that is present is not fetched again; and
+// whether a pull fetched or not would tell a team which layers others
+// have. Checking that the requesting team could fetch the blob instead
+// cannot be done without fetching it: a registry the team runs may
+// answer HEAD for anything, and only the content proves the diffID. So
+// the key is the team, the simplest scheme that is correct; the price
+// is that teams pulling the same public image each fetch and keep it.
+func ociLayerID(team string, diffID v1.Hash) (string, error) {
 	// The diffID comes from the image and becomes a path: check it.
 	if diffID.Algorithm != "sha256" || !hexDigest.MatchString(diffID.Hex) {
 		return "", fmt.Errorf("unsupported layer diffID %q", diffID)
 	}
-	return "oci-" + diffID.Hex, nil
+	if team == "" {
+		return "oci-" + diffID.Hex, nil
+	}
+	h := sha256.Sum256([]byte("oci-layer-team\x00" + team))
+	return "oci-" + hex.EncodeToString(h[:8]) + "-" + diffID.Hex, nil
 }
 
 // unpackLayer makes sure that the layer whose uncompressed tar has diffID
@@ -119,10 +137,15 @@ func ociLayerID(diffID v1.Hash) (string, error) {
 // hashed as it is unpacked and must match diffID. step, if not nil, gets
 // progress lines.
 func unpackLayer(ctx context.Context, s *image.Store, diffID v1.Hash, open func() (io.ReadCloser, error), step func(string, ...any)) (_ string, err error) {
+	return unpackTeamLayer(ctx, s, "", diffID, open, step)
+}
+
+// unpackTeamLayer is unpackLayer in team's scope (see ociLayerID).
+func unpackTeamLayer(ctx context.Context, s *image.Store, team string, diffID v1.Hash, open func() (io.ReadCloser, error), step func(string, ...any)) (_ string, err error) {
 	if step == nil {
 		step = func(string, ...any) {}
 	}
-	id, err := ociLayerID(diffID)
+	id, err := ociLayerID(team, diffID)
 	if err != nil {
 		return "", err
 	}

@@ -224,7 +224,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Pull: pull, Concurrency: cfg.BuildConcurrency,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
-		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) },
+		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) }, Sealer: sealer,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -310,6 +311,76 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 			}
 			if got := gooseVersions(t, b.db); !reflect.DeepEqual(got, want) {
 				t.Errorf("goose versions = %v, want %v (each once)", got, want)
+			}
+		})
+	}
+}
+
+// migrationsUpTo is the embedded migrations up to version upTo.
+func migrationsUpTo(t *testing.T, upTo int64) fs.FS {
+	t.Helper()
+	files, err := fs.Sub(embeddedMigrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := fstest.MapFS{}
+	names, _ := fs.Glob(files, "*.sql")
+	for _, p := range names {
+		var v int64
+		fmt.Sscanf(p, "%d_", &v)
+		if v > upTo {
+			continue
+		}
+		data, err := fs.ReadFile(files, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = &fstest.MapFile{Data: data}
+	}
+	return out
+}
+
+// TestNamesMoveIntoTheirTeams: names written before 0010 (one global
+// name space) are their template's team's after it.
+func TestNamesMoveIntoTheirTeams(t *testing.T) {
+	for kind, b := range blankDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			if err := migrate(ctx, b.db, b.d, migrationsUpTo(t, 9), b.locker()); err != nil {
+				t.Fatal(err)
+			}
+			s := &SQL{db: b.db, d: b.d}
+			for _, q := range []string{
+				"INSERT INTO templates (id, team_id, names, public, cpu_count, memory_mb, disk_size_mb, created_at, updated_at, last_spawned_at, spawn_count, build_count, created_by) " +
+					"VALUES ('tplA', 'teamA', '[\"app\",\"web\"]', 0, 1, 512, 0, 0, 0, 0, 0, 0, '')",
+				"INSERT INTO templates (id, team_id, names, public, cpu_count, memory_mb, disk_size_mb, created_at, updated_at, last_spawned_at, spawn_count, build_count, created_by) " +
+					"VALUES ('tplB', 'teamB', '[\"db\"]', 0, 1, 512, 0, 0, 0, 0, 0, 0, '')",
+				"INSERT INTO template_names (name, template_id) VALUES ('app', 'tplA'), ('web', 'tplA'), ('db', 'tplB')",
+			} {
+				if _, err := b.db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := migrate(ctx, b.db, b.d, migrationsUpTo(t, 10), b.locker()); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct{ team, name, want string }{
+				{"teamA", "app", "tplA"}, {"teamA", "web", "tplA"}, {"teamB", "db", "tplB"}, {"teamB", "app", ""}, {"teamA", "db", ""},
+			} {
+				got, err := s.TemplateByName(ctx, c.team, c.name)
+				if c.want == "" {
+					if !errors.Is(err, ErrNotFound) {
+						t.Errorf("%s/%s: %+v %v, want not found", c.team, c.name, got.ID, err)
+					}
+					continue
+				}
+				if err != nil || got.ID != c.want {
+					t.Errorf("%s/%s = %q %v, want %s", c.team, c.name, got.ID, err, c.want)
+				}
+			}
+			// teamB may now have an app of its own.
+			if err := s.CreateTemplate(ctx, Template{ID: "tplB2", TeamID: "teamB", Names: []string{"app"}}); err != nil {
+				t.Errorf("teamB's own app: %v", err)
 			}
 		})
 	}

@@ -15,7 +15,8 @@ import (
 //
 // A template's Names are kept twice, in one transaction: as a JSON list
 // in templates.names (their order) and as rows of template_names, whose
-// primary key makes a name belong to one template.
+// primary key (team_id, name) makes a name belong to one template of its
+// team. Names are per team: other teams' are neither found nor in the way.
 //
 // On PostgreSQL, operations that change several tables lock rows in one
 // order, template then its builds, so that they serialise without
@@ -82,11 +83,15 @@ func cleanNames(names []string) []string {
 	return out
 }
 
-// insertNames records names as templateID's; a name held by another
-// template is ErrConflict. The template's old rows must be gone.
-func (s *SQL) insertNames(ctx context.Context, tx *sql.Tx, templateID string, names []string) error {
+// insertNames records names as templateID's in its team; a name held by
+// another template of the team is ErrConflict. The template's old rows
+// must be gone.
+func (s *SQL) insertNames(ctx context.Context, tx *sql.Tx, teamID, templateID string, names []string) error {
+	if len(names) > 0 && teamID == "" {
+		return errors.New("store: a named template needs a team")
+	}
 	for _, n := range names {
-		_, err := tx.ExecContext(ctx, s.q("INSERT INTO template_names (name, template_id) VALUES (?, ?)"), n, templateID)
+		_, err := tx.ExecContext(ctx, s.q("INSERT INTO template_names (team_id, name, template_id) VALUES (?, ?, ?)"), teamID, n, templateID)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("store: template name %q: %w", n, ErrConflict)
 		}
@@ -121,7 +126,7 @@ func (s *SQL) CreateTemplate(ctx context.Context, t Template) error {
 	if err != nil {
 		return err
 	}
-	if err := s.insertNames(ctx, tx, t.ID, t.Names); err != nil {
+	if err := s.insertNames(ctx, tx, t.TeamID, t.ID, t.Names); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -136,9 +141,12 @@ func (s *SQL) GetTemplate(ctx context.Context, id string) (Template, error) {
 	return t, notFound("template", id, err)
 }
 
-func (s *SQL) TemplateByName(ctx context.Context, name string) (Template, error) {
+func (s *SQL) TemplateByName(ctx context.Context, teamID, name string) (Template, error) {
+	if teamID == "" {
+		return Template{}, fmt.Errorf("store: template named %q of no team: %w", name, ErrNotFound)
+	}
 	t, err := scanTemplate(s.db.QueryRowContext(ctx, s.q("SELECT "+prefixed("t.", templateColumns)+
-		" FROM templates t JOIN template_names n ON n.template_id = t.id WHERE n.name = ?"), name))
+		" FROM templates t JOIN template_names n ON n.template_id = t.id WHERE n.team_id = ? AND n.name = ?"), teamID, name))
 	return t, notFound("template", fmt.Sprintf("named %q", name), err)
 }
 
@@ -166,8 +174,8 @@ func (s *SQL) ListSnapshotTemplates(ctx context.Context, f SnapshotFilter) ([]Te
 		args = append(args, f.SandboxID)
 	}
 	if f.Name != "" {
-		where = append(where, "t.id IN (SELECT template_id FROM template_names WHERE name = ?)")
-		args = append(args, f.Name)
+		where = append(where, "t.id IN (SELECT template_id FROM template_names WHERE team_id = ? AND name = ?)")
+		args = append(args, f.TeamID, f.Name)
 	}
 	if f.After != nil {
 		where = append(where, "(t.created_at < ? OR (t.created_at = ? AND t.id < ?))")
@@ -207,7 +215,7 @@ func (s *SQL) UpdateTemplate(ctx context.Context, id string, update func(*Templa
 	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM template_names WHERE template_id = ?"), id); err != nil {
 		return Template{}, err
 	}
-	if err := s.insertNames(ctx, tx, id, t.Names); err != nil {
+	if err := s.insertNames(ctx, tx, t.TeamID, id, t.Names); err != nil {
 		return Template{}, err
 	}
 	return t, tx.Commit()
@@ -342,6 +350,11 @@ func levelRank(level string) int {
 // logBatch bounds the rows of one INSERT (7 parameters each).
 const logBatch = 100
 
+// MaxBuildLogEntries bounds one build's log in the store, a backstop
+// behind the builder's own caps (internal/template keeps far fewer): a
+// build's output must never fill the database.
+const MaxBuildLogEntries = 50000
+
 func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...BuildLogEntry) error {
 	if len(entries) == 0 {
 		return nil
@@ -361,6 +374,14 @@ func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...Bu
 	if err := tx.QueryRowContext(ctx, s.q("SELECT COALESCE(MAX(seq), -1) FROM build_logs WHERE build_id = ?"), buildID).Scan(&last); err != nil {
 		return err
 	}
+	var full error
+	if room := MaxBuildLogEntries - int(last+1); len(entries) > room {
+		full = fmt.Errorf("store: build %s: %d entries dropped: %w", buildID, len(entries)-max(room, 0), ErrLogFull)
+		if room <= 0 {
+			return full
+		}
+		entries = entries[:room]
+	}
 	for start := 0; start < len(entries); start += logBatch {
 		batch := entries[start:min(start+logBatch, len(entries))]
 		rows := make([]string, len(batch))
@@ -374,7 +395,10 @@ func (s *SQL) AppendBuildLogs(ctx context.Context, buildID string, entries ...Bu
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return full
 }
 
 func (s *SQL) BuildLogs(ctx context.Context, buildID string, offset, limit int, minLevel string) ([]BuildLogEntry, error) {

@@ -56,6 +56,10 @@ var ErrNotFound = errors.New("not found")
 // ErrConflict is returned (wrapped) when a record with that ID exists.
 var ErrConflict = errors.New("already exists")
 
+// ErrLogFull is returned (wrapped) by AppendBuildLogs for entries past a
+// build's MaxBuildLogEntries: they are dropped.
+var ErrLogFull = errors.New("build log full")
+
 // Team owns keys, sandboxes and templates.
 type Team struct {
 	ID        string

@@ -12,7 +12,7 @@ type Template struct {
 	ID     string
 	TeamID string
 	// Names are the template's aliases. A name belongs to one template
-	// in the whole store.
+	// of its team; other teams may have templates of the same name.
 	Names  []string
 	Public bool
 	// Resources of the last build request, given to its sandboxes.
@@ -101,15 +101,17 @@ type Tag struct {
 // TemplateStore persists templates, their builds, build logs and tags.
 type TemplateStore interface {
 	// CreateTemplate fails with ErrConflict if the ID or one of the
-	// names is taken.
+	// names is taken in the template's team.
 	CreateTemplate(ctx context.Context, t Template) error
 	GetTemplate(ctx context.Context, id string) (Template, error)
-	// TemplateByName finds the template that has name among its Names.
-	TemplateByName(ctx context.Context, name string) (Template, error)
+	// TemplateByName finds team's template that has name among its
+	// Names. An empty teamID finds nothing.
+	TemplateByName(ctx context.Context, teamID, name string) (Template, error)
 	// ListTemplates lists a team's templates, oldest first.
 	ListTemplates(ctx context.Context, teamID string) ([]Template, error)
 	// UpdateTemplate reads, changes and writes a template atomically;
-	// a name taken by another template fails with ErrConflict.
+	// a name taken by another template of its team fails with
+	// ErrConflict.
 	UpdateTemplate(ctx context.Context, id string, update func(*Template) error) (Template, error)
 	// DeleteTemplate removes the template with its names, builds, their
 	// logs, and its tags.
@@ -127,6 +129,8 @@ type TemplateStore interface {
 	BuildsByStatus(ctx context.Context, statuses ...BuildStatus) ([]Build, error)
 
 	// AppendBuildLogs adds entries at the end of a build's log, in order.
+	// A log holds at most MaxBuildLogEntries: entries past it are
+	// dropped, with an error wrapping ErrLogFull.
 	AppendBuildLogs(ctx context.Context, buildID string, entries ...BuildLogEntry) error
 	// BuildLogs returns up to limit entries of a build's log from index
 	// offset on. With minLevel set, only entries of that level or a more

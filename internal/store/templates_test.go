@@ -40,10 +40,10 @@ func TestTemplatesCRUD(t *testing.T) {
 		if !reflect.DeepEqual(got, tp) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, tp)
 		}
-		if byName, err := s.TemplateByName(ctx, "alpha"); err != nil || !reflect.DeepEqual(byName, tp) {
+		if byName, err := s.TemplateByName(ctx, "team1", "alpha"); err != nil || !reflect.DeepEqual(byName, tp) {
 			t.Errorf("TemplateByName(alpha) = %+v %v", byName, err)
 		}
-		if _, err := s.TemplateByName(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.TemplateByName(ctx, "team1", "nope"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("unknown name: %v", err)
 		}
 		if _, err := s.GetTemplate(ctx, "nope"); !errors.Is(err, ErrNotFound) {
@@ -60,10 +60,10 @@ func TestTemplatesCRUD(t *testing.T) {
 		if _, err := s.GetTemplate(ctx, "tpl2"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("a create that failed on a name left the template: %v", err)
 		}
-		if _, err := s.TemplateByName(ctx, "fresh"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.TemplateByName(ctx, "team1", "fresh"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("a create that failed on a name left another name: %v", err)
 		}
-		if _, err := s.TemplateByName(ctx, "other"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.TemplateByName(ctx, "team1", "other"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("a create that failed on the ID left a name: %v", err)
 		}
 
@@ -133,10 +133,10 @@ func TestUpdateTemplate(t *testing.T) {
 			!got.LastSpawnedAt.Equal(t0.Add(time.Hour)) || got.UpdatedAt.Before(before) || !got.CreatedAt.Equal(t0) {
 			t.Errorf("after update %+v", got)
 		}
-		if byName, err := s.TemplateByName(ctx, "eins"); err != nil || byName.ID != "tpl1" {
+		if byName, err := s.TemplateByName(ctx, "team1", "eins"); err != nil || byName.ID != "tpl1" {
 			t.Errorf("new name: %+v %v", byName, err)
 		}
-		if _, err := s.TemplateByName(ctx, "uno"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.TemplateByName(ctx, "team1", "uno"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("dropped name still found: %v", err)
 		}
 
@@ -152,10 +152,10 @@ func TestUpdateTemplate(t *testing.T) {
 		if got, _ := s.GetTemplate(ctx, "tpl1"); got.CPUCount != 2 || fmt.Sprint(got.Names) != "[eins one]" {
 			t.Errorf("a conflicting update was written: %+v", got)
 		}
-		if byName, _ := s.TemplateByName(ctx, "two"); byName.ID != "tpl2" {
+		if byName, _ := s.TemplateByName(ctx, "team1", "two"); byName.ID != "tpl2" {
 			t.Errorf("name two now belongs to %q", byName.ID)
 		}
-		if byName, _ := s.TemplateByName(ctx, "one"); byName.ID != "tpl1" {
+		if byName, _ := s.TemplateByName(ctx, "team1", "one"); byName.ID != "tpl1" {
 			t.Errorf("name one now belongs to %q", byName.ID)
 		}
 
@@ -166,7 +166,7 @@ func TestUpdateTemplate(t *testing.T) {
 		if _, err := s.UpdateTemplate(ctx, "tpl1", func(tp *Template) error { tp.Names = []string{"two", "one"}; return nil }); err != nil {
 			t.Errorf("taking a freed name: %v", err)
 		}
-		if byName, err := s.TemplateByName(ctx, "two"); err != nil || byName.ID != "tpl1" {
+		if byName, err := s.TemplateByName(ctx, "team1", "two"); err != nil || byName.ID != "tpl1" {
 			t.Errorf("freed name: %+v %v", byName, err)
 		}
 		if got, _ := s.GetTemplate(ctx, "tpl1"); fmt.Sprint(got.Names) != "[two one]" {
@@ -578,7 +578,7 @@ func TestDeleteTemplateCascades(t *testing.T) {
 			t.Errorf("deleted template: %v", err)
 		}
 		for _, n := range []string{"gone", "also-gone"} {
-			if _, err := s.TemplateByName(ctx, n); !errors.Is(err, ErrNotFound) {
+			if _, err := s.TemplateByName(ctx, "team1", n); !errors.Is(err, ErrNotFound) {
 				t.Errorf("name %s of a deleted template: %v", n, err)
 			}
 		}
@@ -601,7 +601,7 @@ func TestDeleteTemplateCascades(t *testing.T) {
 		}
 
 		// The other template is untouched.
-		if got, err := s.TemplateByName(ctx, "kept"); err != nil || got.ID != "keep" {
+		if got, err := s.TemplateByName(ctx, "team1", "kept"); err != nil || got.ID != "keep" {
 			t.Errorf("kept template: %+v %v", got, err)
 		}
 		if logs, _ := s.BuildLogs(ctx, "k1", 0, 10, ""); len(logs) != 1 || logs[0].Message != "k1" {
@@ -621,7 +621,7 @@ func TestDeleteTemplateCascades(t *testing.T) {
 		}); err != nil {
 			t.Errorf("taking a deleted template's name: %v", err)
 		}
-		if got, _ := s.TemplateByName(ctx, "also-gone"); got.ID != "keep" {
+		if got, _ := s.TemplateByName(ctx, "team1", "also-gone"); got.ID != "keep" {
 			t.Errorf("also-gone belongs to %q", got.ID)
 		}
 		if err := s.DeleteTemplate(ctx, "nope"); !errors.Is(err, ErrNotFound) {
@@ -682,6 +682,79 @@ func TestListSnapshotTemplates(t *testing.T) {
 		}
 		if got, _ := s.GetTemplate(ctx, "s3"); got.SnapshotOf != "sbA" {
 			t.Errorf("SnapshotOf round trip: %q", got.SnapshotOf)
+		}
+	})
+}
+
+// TestBuildLogIsBoundedInTheStore: whatever its callers do, a build keeps
+// at most MaxBuildLogEntries (50000) entries, and the rest is refused.
+func TestBuildLogIsBoundedInTheStore(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		s.CreateTemplate(ctx, newTemplate("tpl", t0, "n"))
+		s.CreateBuild(ctx, newBuild("b", "tpl", t0))
+		batch := make([]BuildLogEntry, 7000)
+		for i := range batch {
+			batch[i] = BuildLogEntry{Time: t0, Level: "info", Message: "y"}
+		}
+		var refused error
+		for i := 0; i < 8; i++ { // 56000 entries
+			if err := s.AppendBuildLogs(ctx, "b", batch...); err != nil {
+				refused = err
+			}
+		}
+		if !errors.Is(refused, ErrLogFull) {
+			t.Errorf("appending past the cap: %v, want ErrLogFull", refused)
+		}
+		got, err := s.BuildLogs(ctx, "b", 0, 100000, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 50000 {
+			t.Errorf("the build kept %d entries, want 50000", len(got))
+		}
+	})
+}
+
+// TestTemplateNamesArePerTeam: two teams each have a template of the same
+// name, found by team; an empty team finds nothing.
+func TestTemplateNamesArePerTeam(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		mine := newTemplate("mine", t0, "app")
+		theirs := newTemplate("theirs", t0, "app", "other")
+		theirs.TeamID = "team2"
+		if err := s.CreateTemplate(ctx, mine); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateTemplate(ctx, theirs); err != nil {
+			t.Fatalf("the same name in another team: %v", err)
+		}
+		for team, want := range map[string]string{"team1": "mine", "team2": "theirs"} {
+			if got, err := s.TemplateByName(ctx, team, "app"); err != nil || got.ID != want {
+				t.Errorf("%s's app = %q %v, want %s", team, got.ID, err, want)
+			}
+		}
+		if _, err := s.TemplateByName(ctx, "", "app"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("no team finds %v", err)
+		}
+		if _, err := s.TemplateByName(ctx, "team1", "other"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("team1 finds team2's other: %v", err)
+		}
+		// Renaming into the other team's name is fine; into one's own
+		// team's taken name is a conflict.
+		if _, err := s.UpdateTemplate(ctx, "mine", func(x *Template) error { x.Names = []string{"app", "other"}; return nil }); err != nil {
+			t.Errorf("taking a name another team has: %v", err)
+		}
+		dup := newTemplate("dup", t0, "app")
+		if err := s.CreateTemplate(ctx, dup); !errors.Is(err, ErrConflict) {
+			t.Errorf("a taken name in the same team: %v", err)
+		}
+		if err := s.DeleteTemplate(ctx, "theirs"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.TemplateByName(ctx, "team1", "app"); err != nil || got.ID != "mine" {
+			t.Errorf("after the other team's delete: %q %v", got.ID, err)
 		}
 	})
 }

@@ -74,6 +74,12 @@ var (
 	ErrTooLarge = errors.New("too large")
 )
 
+// Sealer seals values the API takes and never returns (secret.Sealer).
+type Sealer interface {
+	Seal(value, context string) (string, error)
+	Open(sealed, context string) (string, error)
+}
+
 // DefaultBuildDiskMB is Config.BuildDiskMB's default: 10 GiB.
 const DefaultBuildDiskMB = 10240
 
@@ -117,6 +123,10 @@ type Config struct {
 	// ENOSPC inside the sandbox and the data dir is safe. Default
 	// DefaultBuildDiskMB.
 	BuildDiskMB int
+	// Sealer keeps the registry credentials of build specs (secret.Sealer):
+	// they are stored sealed and opened only to pull. nil: a build that
+	// gives credentials is refused.
+	Sealer Sealer
 	// Observer, if set, is told of every build's end.
 	Observer Observer
 	// ImageRemoved, if set, is told of each build image a template's
@@ -245,7 +255,7 @@ func (b *Builder) Start(ctx context.Context) error {
 		_ = b.cfg.Store.AppendBuildLogs(ctx, bd.ID, store.BuildLogEntry{Time: time.Now(), Level: "error", Message: msg})
 		b.log.Warn("build interrupted by a restart", "build", bd.ID, "template", bd.TemplateID)
 	}
-	return nil
+	return b.scrubRegistryAuth(ctx)
 }
 
 // Close cancels running builds (they end as errors) and waits for them.

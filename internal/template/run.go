@@ -35,6 +35,10 @@ func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID st
 	if err := b.validate(t.ID, &spec); err != nil {
 		return err
 	}
+	sealed, err := b.sealRegistryAuth(t.TeamID, buildID, &spec)
+	if err != nil {
+		return err
+	}
 	var rec buildRecord
 	bd, err := b.cfg.Store.UpdateBuild(ctx, buildID, func(bd *store.Build) error {
 		if bd.TemplateID != t.ID {
@@ -44,7 +48,7 @@ func (b *Builder) StartBuild(ctx context.Context, teamID, templateID, buildID st
 		if bd.Status != store.BuildWaiting || rec.Spec != nil {
 			return fmt.Errorf("%w: build %s was already started", ErrConflict, buildID)
 		}
-		rec.Spec = &spec
+		rec.Spec, rec.RegistrySealed = &spec, sealed
 		bd.Spec = rec.String()
 		bd.Node = b.cfg.NodeName
 		bd.UpdatedAt = time.Now()
@@ -173,7 +177,7 @@ func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template
 		return
 	}
 	lg.info("building template %s (build %s), %d steps", t.ID, bd.ID, len(rec.Spec.Steps))
-	img, err := b.run(ctx, lg, bd, t, *rec.Spec)
+	img, err := b.run(ctx, lg, bd, t, *rec.Spec, rec.RegistrySealed)
 	if err == nil {
 		if err = b.cfg.Images.PutTemplate(img); err != nil {
 			err = failAt("finalize", err)
@@ -239,14 +243,16 @@ func (s *state) chain(parts ...string) string {
 }
 
 // run resolves the base, runs the steps and the start command, and
-// returns the template (named by the build ID) they make.
-func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store.Template, spec buildspec.Spec) (*image.Template, error) {
+// returns the template (named by the build ID) they make. registrySealed
+// holds the base image's registry credentials (sealRegistryAuth).
+func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store.Template, spec buildspec.Spec, registrySealed string) (*image.Template, error) {
 	lg.setStep("base")
 	scope, err := cacheScope(t.TeamID)
 	if err != nil {
 		return nil, failAt("base", err)
 	}
-	st, err := b.base(ctx, lg, t.TeamID, spec)
+	creds := func() (*buildspec.RegistryAuth, error) { return b.openRegistryAuth(t.TeamID, bd.ID, registrySealed) }
+	st, err := b.base(ctx, lg, t.TeamID, spec, creds)
 	if err != nil {
 		return nil, failAt("base", err)
 	}
@@ -277,8 +283,9 @@ func (b *Builder) run(ctx context.Context, lg *buildLog, bd store.Build, t store
 // unless a registry mirror provides it.
 const baseImage = "e2bdev/base"
 
-// base resolves the build's base into the state steps start from.
-func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec buildspec.Spec) (*state, error) {
+// base resolves the build's base into the state steps start from; creds
+// opens the registry credentials, if the spec has any.
+func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec buildspec.Spec, creds func() (*buildspec.RegistryAuth, error)) (*state, error) {
 	var img *image.Template
 	ref := spec.FromTemplate
 	if ref == "" && !strings.Contains(spec.FromImage, "/") {
@@ -297,7 +304,7 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec bu
 	if img == nil {
 		lg.info("FROM image %s", spec.FromImage)
 		var err error
-		if img, err = b.fromImage(ctx, lg, spec); err != nil {
+		if img, err = b.fromImage(ctx, lg, teamID, spec, creds); err != nil {
 			return nil, err
 		}
 	}
@@ -313,7 +320,7 @@ func (b *Builder) base(ctx context.Context, lg *buildLog, teamID string, spec bu
 
 // fromImage finds an image: Warren's base for e2bdev/base, an image
 // imported with `warren image import`, or a registry pull.
-func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Spec) (*image.Template, error) {
+func (b *Builder) fromImage(ctx context.Context, lg *buildLog, teamID string, spec buildspec.Spec, creds func() (*buildspec.RegistryAuth, error)) (*image.Template, error) {
 	ref := spec.FromImage
 	repo, _, _ := strings.Cut(ref, "@")
 	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
@@ -328,8 +335,14 @@ func (b *Builder) fromImage(ctx context.Context, lg *buildLog, spec buildspec.Sp
 		lg.info("using the imported image %s", ref)
 		return img, nil
 	}
-	opts := oci.PullOptions{Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
-	if a := spec.FromImageRegistry; a != nil {
+	// The team's pulls reuse only the team's layers (oci.PullOptions.Team).
+	opts := oci.PullOptions{Team: teamID, Mirror: b.cfg.RegistryMirror, AllowInsecure: b.cfg.InsecureRegistries, Progress: lg.info}
+	if spec.FromImageRegistry != nil {
+		// Opened here, where the pull happens, and nowhere else.
+		a, err := creds()
+		if err != nil {
+			return nil, err
+		}
 		switch a.Type {
 		case "registry", "":
 			opts.Username, opts.Password = a.Username, a.Password
@@ -528,6 +541,7 @@ func (b *Builder) exec(ctx context.Context, lg *buildLog, c *envdClient, e execS
 	defer cancel()
 	e.Output = lg.output
 	code, err := c.run(ctx, e)
+	lg.commandDone()
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			return fmt.Errorf("the step ran longer than %s", b.cfg.StepTimeout)

@@ -114,14 +114,12 @@ func (b *Builder) snapshotName(ctx context.Context, teamID, name string) (alias,
 	if alias == baseimage.TemplateID {
 		return "", "", nil, fmt.Errorf("%w: the name %q is a built-in template's", ErrConflict, alias)
 	}
-	found, err := b.cfg.Store.TemplateByName(ctx, alias)
+	found, err := b.cfg.Store.TemplateByName(ctx, teamID, alias)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return alias, tag, nil, nil
 	case err != nil:
 		return "", "", nil, err
-	case found.TeamID != teamID:
-		return "", "", nil, fmt.Errorf("%w: the name %q is taken by another team's template", ErrConflict, alias)
 	case found.SnapshotOf == "":
 		return "", "", nil, fmt.Errorf("%w: the name %q is the team's template, not a snapshot: choose another name", ErrConflict, alias)
 	}

@@ -105,7 +105,6 @@ func TestSnapshotsAreTemplatesOfTheTeam(t *testing.T) {
 	before := fs.calls
 	for name, want := range map[string]error{
 		"built":                          ErrConflict, // the team's built template
-		"theirs":                         ErrConflict, // another team's snapshot
 		"base":                           ErrConflict,
 		"Bad Name":                       ErrInvalid,
 		"etc/..:x":                       ErrInvalid,
@@ -174,6 +173,15 @@ func TestSnapshotsAreTemplatesOfTheTeam(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, "snapshots", snapshotDirPrefix+"*"))
 	if len(left) != 2 {
 		t.Errorf("after deleting the named template's two snapshots: %v", left)
+	}
+
+	// Names are per team: t2's "theirs" does not keep t1 from one.
+	ours, err := b.CreateSnapshot(ctx, "t1", "", "sbA", "theirs")
+	if err != nil {
+		t.Fatalf("a name another team has: %v", err)
+	}
+	if r, err := b.Resolve(ctx, "t2", "theirs"); err != nil || r.TemplateID == ours.Template.ID {
+		t.Errorf("t2's theirs resolves to %q %v, not its own", r.TemplateID, err)
 	}
 }
 

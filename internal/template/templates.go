@@ -28,10 +28,13 @@ var (
 )
 
 // buildRecord is what a build keeps in store.Build.Spec: the tags it
-// gets when ready, and its Spec once started.
+// gets when ready, and its Spec once started. The Spec's registry
+// credentials are not in it: only their type, and the whole
+// buildspec.RegistryAuth sealed in RegistrySealed (see sealRegistryAuth).
 type buildRecord struct {
-	Tags []string        `json:"tags"`
-	Spec *buildspec.Spec `json:"spec,omitempty"`
+	Tags           []string        `json:"tags"`
+	Spec           *buildspec.Spec `json:"spec,omitempty"`
+	RegistrySealed string          `json:"registrySealed,omitempty"`
 }
 
 func readRecord(b store.Build) buildRecord {
@@ -45,14 +48,29 @@ func (r buildRecord) String() string {
 	return string(b)
 }
 
-// splitRef splits "[namespace/]name[:tag]". A namespace is accepted and
-// dropped: Warren has one name space, so "team/name" is "name".
+// splitRef splits "[namespace/]name[:tag]", dropping the namespace (see
+// parseRef).
 func splitRef(ref string) (name, tag string) {
+	_, name, tag = parseRef(ref)
+	return name, tag
+}
+
+// parseRef splits "[namespace/]name[:tag]".
+//
+// Names are per team, as E2B's: "name" is the caller's team's template,
+// and "team/name" is team's (its ID), which the caller may use if it is
+// the caller's own team or the template is public. A namespace that
+// names no public template of another team is taken as the caller's own
+// team (Warren once had one name space and dropped namespaces), so that
+// "ns/name" from before keeps working; it never reaches a private
+// template of another team, and a bare name never reaches another team's
+// template at all: a team cannot squat a name others use.
+func parseRef(ref string) (namespace, name, tag string) {
 	if i := strings.LastIndexByte(ref, '/'); i >= 0 {
-		ref = ref[i+1:]
+		namespace, ref = ref[:i], ref[i+1:]
 	}
 	name, tag, _ = strings.Cut(ref, ":")
-	return name, tag
+	return namespace, name, tag
 }
 
 // CreateRequest asks for a new build of a template (POST /v3/templates):
@@ -137,8 +155,8 @@ func cleanTags(tags []string) ([]string, error) {
 // resources if given, or creates it.
 func (b *Builder) templateForBuild(ctx context.Context, teamID, createdBy, name string, cpu, mem int) (store.Template, error) {
 	update := func(t *store.Template) error {
-		if t.TeamID != teamID {
-			return fmt.Errorf("%w: the name %q is taken by another team's template", ErrConflict, name)
+		if t.TeamID != teamID { // names are per team: never the case
+			return fmt.Errorf("%w: the template named %q changed meanwhile; retry", ErrConflict, name)
 		}
 		if cpu > 0 {
 			t.CPUCount = cpu
@@ -150,7 +168,7 @@ func (b *Builder) templateForBuild(ctx context.Context, teamID, createdBy, name 
 		return nil
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		t, err := b.cfg.Store.TemplateByName(ctx, name)
+		t, err := b.cfg.Store.TemplateByName(ctx, teamID, name)
 		if err == nil {
 			return b.cfg.Store.UpdateTemplate(ctx, t.ID, update)
 		}
@@ -224,21 +242,39 @@ func BuildOf(ctx context.Context, st store.TemplateStore, teamID, ref string) (s
 }
 
 func lookupIn(ctx context.Context, st store.TemplateStore, teamID, ref string) (store.Template, string, error) {
-	name, tag := splitRef(ref)
+	notFound := fmt.Errorf("%w: template %q", ErrNotFound, ref)
+	if teamID == "" {
+		return store.Template{}, "", notFound
+	}
+	ns, name, tag := parseRef(ref)
 	t, err := st.GetTemplate(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		t, err = st.TemplateByName(ctx, name)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Template{}, "", fmt.Errorf("%w: template %q", ErrNotFound, ref)
-	}
-	if err != nil {
+	switch {
+	case err == nil && (t.TeamID == teamID || t.Public):
+		return t, tag, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return store.Template{}, "", err
 	}
-	if t.TeamID != teamID && !t.Public {
-		return store.Template{}, "", fmt.Errorf("%w: template %q", ErrNotFound, ref)
+	t, err = templateByName(ctx, st, teamID, ns, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Template{}, "", notFound
 	}
-	return t, tag, nil
+	return t, tag, err
+}
+
+// templateByName is the template a team means by namespace/name (see
+// parseRef): ErrNotFound (from the store) for one it may not see.
+func templateByName(ctx context.Context, st store.TemplateStore, teamID, ns, name string) (store.Template, error) {
+	if ns != "" && ns != teamID {
+		t, err := st.TemplateByName(ctx, ns, name)
+		if err == nil && t.Public {
+			return t, nil
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.Template{}, err
+		}
+		// Another team's private template is as absent as a missing one.
+	}
+	return st.TemplateByName(ctx, teamID, name)
 }
 
 // owned is lookup for changes: only the team's own templates.
@@ -498,21 +534,24 @@ func (b *Builder) cancel(buildID string) {
 	}
 }
 
-// Alias tells whether a template name exists: its template's ID and
-// whether it is public. Another team's private template is ErrForbidden.
-func (b *Builder) Alias(ctx context.Context, teamID, name string) (store.Template, error) {
-	t, err := b.cfg.Store.TemplateByName(ctx, name)
+// Alias tells whether a template name ("name" or "team/name", see
+// parseRef) exists for the team: its template's ID and whether it is
+// public. Another team's private template is not found, as a name nobody
+// has: the answer reveals nothing of other teams.
+func (b *Builder) Alias(ctx context.Context, teamID, ref string) (store.Template, error) {
+	ns, name, _ := parseRef(ref)
+	if teamID == "" {
+		return store.Template{}, fmt.Errorf("%w: template name %q", ErrNotFound, ref)
+	}
+	t, err := templateByName(ctx, b.cfg.Store, teamID, ns, name)
 	if errors.Is(err, store.ErrNotFound) {
 		if img, ierr := b.builtin(name); ierr == nil {
 			return store.Template{ID: img.ID, Names: []string{img.ID}, Public: true}, nil
 		}
-		return store.Template{}, fmt.Errorf("%w: template name %q", ErrNotFound, name)
+		return store.Template{}, fmt.Errorf("%w: template name %q", ErrNotFound, ref)
 	}
 	if err != nil {
 		return store.Template{}, err
-	}
-	if t.TeamID != teamID && !t.Public {
-		return store.Template{}, fmt.Errorf("%w: template name %q belongs to another team", ErrForbidden, name)
 	}
 	return t, nil
 }

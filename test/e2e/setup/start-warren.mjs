@@ -6,7 +6,7 @@ import os from 'node:os'
 import path from 'node:path'
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
-export const warrenBinary = path.join(repo, 'bin', 'warren')
+export const warrenBinary = process.env.WARREN_BINARY || path.join(repo, 'bin', 'warren')
 // `make setup` installs runsc and builds the base template here.
 const installed = process.env.WARREN_SETUP_DIR || '/var/lib/warren'
 
