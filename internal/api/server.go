@@ -52,11 +52,12 @@ import (
 const (
 	DefaultTimeoutV1 = 15 * time.Second
 	DefaultTimeoutV2 = 300 * time.Second
-	// MaxTimeout bounds every timeout a client asks for.
-	MaxTimeout = 24 * time.Hour
+	// MaxTimeout bounds every timeout a client asks for (the sandbox
+	// manager's bound, which it applies again).
+	MaxTimeout = sandbox.MaxTimeout
 	// defaultRefresh and maxRefresh bound POST .../refreshes.
 	defaultRefresh = 60 * time.Second
-	maxRefresh     = time.Hour
+	maxRefresh     = sandbox.MaxRefresh
 	maxBody        = 1 << 20
 )
 

@@ -182,7 +182,10 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.TeamID = teamID
+	if teamID == "" {
+		return nil, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}

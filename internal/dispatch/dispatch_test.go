@@ -145,7 +145,7 @@ func newCluster2(t *testing.T) *cluster2 {
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
-		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth.Guard(name)))
+		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Teams: &noderpc.StoreTeams{Store: st}, Traffic: traffic, Platform: platform}, auth.Guard(name)))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,

@@ -25,9 +25,9 @@ func TestClientErrors(t *testing.T) {
 		kind    error // nil: none of the manager's kinds
 		message string
 	}{
-		"a kind": {node: Handler(Served{Sandboxes: failing{err: fmt.Errorf("%w: sbx1", sandbox.ErrNotFound)}}, auth.Guard("n1")),
+		"a kind": {node: Handler(Served{Sandboxes: failing{err: fmt.Errorf("%w: sbx1", sandbox.ErrNotFound)}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")),
 			kind: sandbox.ErrNotFound, message: "sandbox not found: sbx1"},
-		"the node's own failure": {node: Handler(Served{Sandboxes: failing{err: errors.New("disk on fire")}}, auth.Guard("n1")),
+		"the node's own failure": {node: Handler(Served{Sandboxes: failing{err: errors.New("disk on fire")}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")),
 			message: "disk on fire"},
 		"dies mid-call": {node: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			conn, _, _ := w.(http.Hijacker).Hijack()

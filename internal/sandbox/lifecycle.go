@@ -226,6 +226,9 @@ type ResumeOptions struct {
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
 func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
+	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -241,6 +244,9 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
 func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
+	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, false, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
@@ -545,7 +551,7 @@ func (m *Manager) reap() {
 		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
 			continue // paused sandboxes stay until killed, resumed or retired
 		}
-		l, err := m.lookup("", r.ID)
+		l, err := m.lookupAny(r.ID)
 		if err != nil {
 			continue
 		}

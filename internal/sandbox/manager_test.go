@@ -169,7 +169,11 @@ func (e *env) destroy() {
 	}
 	e.mgr.mu.Unlock()
 	for _, id := range ids {
-		if err := e.mgr.Kill(ctx, "", id); err != nil {
+		l, err := e.mgr.lookupAny(id)
+		if err == nil {
+			err = e.mgr.kill(ctx, l)
+		}
+		if err != nil {
 			e.t.Errorf("kill %s: %v", id, err)
 		}
 	}

@@ -322,7 +322,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 		})
-		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
+		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Teams: &noderpc.StoreTeams{Store: st},
+			Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
