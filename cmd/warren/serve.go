@@ -102,6 +102,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Float64Var(&f.MemoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "sandboxes' memory (live, starting and warm) may add up to the node's memory times this (over: 503)")
 	fs.Float64Var(&f.CPUOvercommit, "cpu-overcommit", sandbox.DefaultCPUOvercommit, "sandboxes' CPUs may add up to the node's CPUs times this (over: 503)")
 	fs.Int64Var(&f.DiskReserveMB, "disk-reserve-mb", 2048, "free MB the data dir's file system keeps: below it, sandbox creates, template builds and uploads get 507")
+	fs.Int64Var(&f.TeamDiskQuotaMB, "team-disk-quota-mb", 51200, "MB of the nodes' disks one team's volumes (their whole quota), paused sandboxes, templates and snapshots may take: at or over it, volume creates, pauses, snapshots and template builds get 507 (soft: what is being made may overshoot until the next request); 0: no quota")
 	fs.DurationVar(&f.PausedRetention, "paused-retention", sandbox.DefaultPausedRetention, "paused sandboxes are removed, with their checkpoints, this long after they were paused")
 	fs.Float64Var(&f.APIRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")
 	fs.Var(&f.AllowPrivate, "allow-private-cidr", "a private, CGNAT or link-local `CIDR` range that sandboxes may reach despite the default deny (repeatable, or comma-separated)")

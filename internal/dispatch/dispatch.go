@@ -182,7 +182,10 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.TeamID = teamID
+	if teamID == "" {
+		return nil, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -258,6 +261,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
 	var refusals []string
+	diskFull := 0     // refusals for the disk reserve
 	var missing error // a node's "no such template"
 	for i, n := range cands {
 		if i > 0 {
@@ -291,9 +295,14 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		}
 		d.log.InfoContext(ctx, "dispatch: node did not take the sandbox, trying the next", "node", n.Name, "err", err)
 		refusals = append(refusals, n.Name+": "+err.Error())
+		diskFull += btoi(errors.Is(err, sandbox.ErrDiskFull))
 	}
 	if missing != nil && len(refusals) == 0 {
 		return store.Sandbox{}, missing
+	}
+	if diskFull > 0 && diskFull == len(refusals) {
+		// Every node is below its disk reserve: 507, as one node's is.
+		return store.Sandbox{}, fmt.Errorf("%w: %w: no node has disk room for the sandbox now (%s)", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, strings.Join(refusals, "; "))
 	}
 	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
 }
@@ -570,4 +579,11 @@ func (d *Dispatcher) forget(id string) {
 	d.mu.Lock()
 	delete(d.routes, id)
 	d.mu.Unlock()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -198,7 +198,7 @@ func newCluster2(t *testing.T) *cluster2 {
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
-		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth.Guard(name)))
+		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Teams: &noderpc.StoreTeams{Store: st}, Traffic: traffic, Platform: platform}, auth.Guard(name)))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
@@ -405,6 +405,22 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
 		t.Fatalf("a full cluster: %v", err)
+	}
+	if errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("a cluster without CPU or memory reads as a full disk: %v", err)
+	}
+	// Every node below its disk reserve: the cluster's answer is a full
+	// disk (507), as one node's is.
+	diskFull := func(n string) error {
+		return fmt.Errorf("%w: %w: node %s has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, n)
+	}
+	c.nodes["na"].set(diskFull("na"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("one disk full, one node without memory: %v", err)
+	}
+	c.nodes["nb"].set(diskFull("nb"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
+		t.Errorf("every node's disk full: %v", err)
 	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)

@@ -103,7 +103,7 @@ func abandonNode(t *testing.T, f *slowCreator, wrap func(http.RoundTripper) http
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(Served{Sandboxes: f, Traffic: http.NotFoundHandler()}, auth.Guard("n1")))
+	srv := httptest.NewServer(Handler(Served{Sandboxes: f, Teams: fakeTeams{"t1": true}, Traffic: http.NotFoundHandler()}, auth.Guard("n1")))
 	t.Cleanup(srv.Close)
 	var mu sync.Mutex
 	abandons := new(int)

@@ -62,6 +62,9 @@ type Served struct {
 	// Images serves built images to the other nodes
 	// (internal/imagepeer, cluster.PurposeImages); nil: none.
 	Images http.Handler
+	// Teams says which teams exist: every NodeService call must name
+	// one (teams.go). nil refuses every call.
+	Teams Teams
 }
 
 // Handler is a node's internal address. It dispatches on the purpose a
@@ -72,7 +75,7 @@ type Served struct {
 // serves.
 func Handler(s Served, guard *cluster.Guard) http.Handler {
 	rpc := http.NewServeMux()
-	rpc.Handle(nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes)))
+	rpc.Handle(nodeService(s))
 	refuse := func(w http.ResponseWriter, code int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -138,6 +141,12 @@ func bodyStatus(err error) int {
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusBadRequest
+}
+
+// nodeService is NodeService's path and handler: the service on the
+// sandbox manager, behind the check of each call's team.
+func nodeService(s Served) (string, http.Handler) {
+	return nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes), connect.WithInterceptors(teamGuard(s.Teams)))
 }
 
 // service serves NodeService on a sandbox manager.

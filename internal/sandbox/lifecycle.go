@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/steptrace"
@@ -181,6 +182,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	// Its processes are saved and gone: what the proxy still carries to
 	// it ends now (nothing registers once it is marked paused).
 	m.endTraffic(l)
+	home := inst.Rootfs.Home() // ReleaseSaved lets go of inst.Rootfs
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -188,8 +190,26 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
 		}
 		go m.flush(p) // durable across a power loss; needs no lock
+		go m.recordPausedDisk(l.teamID, l.id, home, checkpoint)
 	}
 	return true, release, nil
+}
+
+// recordPausedDisk records what a paused sandbox's kept files (its root
+// filesystem's dir with its disk image, and its memory checkpoint) take
+// of the node's disk: its team's disk quota counts it while it stays
+// paused.
+func (m *Manager) recordPausedDisk(teamID, id string, dirs ...string) {
+	n, err := hostres.AllocatedBytes(dirs...)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = m.cfg.Store.SetDiskUse(ctx, store.DiskUse{Kind: store.DiskPaused, ObjectID: id, TeamID: teamID,
+			Node: m.cfg.NodeName, Bytes: n, UpdatedAt: time.Now()})
+	}
+	if err != nil {
+		m.log.Warn("recording a paused sandbox's disk use", "sandbox", id, "err", err)
+	}
 }
 
 // ResumeOptions are what a resume may change.
@@ -206,6 +226,9 @@ type ResumeOptions struct {
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
 func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
+	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -221,6 +244,9 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
 func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
+	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, false, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
@@ -490,25 +516,15 @@ func (m *Manager) endTraffic(l *live) {
 // returns one for which it held. The work is bounded by the node's
 // sandboxes (MaxSandboxes).
 func (m *Manager) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	type candidate struct{ id, token string }
 	m.mu.Lock()
-	cands := make([]candidate, 0, len(m.live))
+	cands := make([]proxy.SignedCandidate, 0, len(m.live))
 	for id, l := range m.live {
 		if !l.paused || l.autoResume {
-			cands = append(cands, candidate{id, l.envdToken})
+			cands = append(cands, proxy.SignedCandidate{ID: id, EnvdAccessToken: l.envdToken})
 		}
 	}
 	m.mu.Unlock()
-	found := ""
-	for _, c := range cands {
-		if signed(c.token) && found == "" {
-			found = c.id
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
-	}
-	return found, nil
+	return proxy.FirstSigned(cands, signed)
 }
 
 // Resume implements proxy.Resolver: it resumes a paused autoResume
@@ -548,7 +564,7 @@ func (m *Manager) reap() {
 		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
 			continue // paused sandboxes stay until killed, resumed or retired
 		}
-		l, err := m.lookup("", r.ID)
+		l, err := m.lookupAny(r.ID)
 		if err != nil {
 			continue
 		}

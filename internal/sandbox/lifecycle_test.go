@@ -142,6 +142,15 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	if paused.State != store.StatePaused || paused.Slot != "" || paused.RootfsDir == "" || paused.Checkpoint == "" {
 		t.Errorf("paused record: state %s slot %q rootfs %q checkpoint %q", paused.State, paused.Slot, paused.RootfsDir, paused.Checkpoint)
 	}
+	// Its kept files count for its team's disk quota (issue 22), measured
+	// once saved.
+	var usage store.TeamDisk
+	if !poll.Within(10*time.Second, 20*time.Millisecond, func() bool {
+		usage, _ = e.store.TeamDiskUsage(ctx, "t1")
+		return usage.Paused > 0
+	}) {
+		t.Errorf("the paused sandbox's disk use was not recorded: %+v", usage)
+	}
 	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, rec.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("its container after the pause: %v", err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/dispatch"
-	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -118,7 +117,6 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	if err != nil {
 		return err
 	}
-	freeMB := func() (int64, error) { return hostres.FreeMB(cfg.DataDir) }
 	// Team volumes: the same --volume-root as the nodes', on storage they
 	// share (README's Cluster section).
 	vols, err := openVolumes(cfg, st, log)
@@ -128,7 +126,10 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	// Templates are served by nodes (disp.Platform forwards their routes).
 	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
 		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, ClientID: "api", Logger: log,
-		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		// Sandboxes are made on nodes, which check their own disks; what
+		// the api fills itself is the volume root (shared storage).
+		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
+		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 	})), api.Timeouts{})
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
