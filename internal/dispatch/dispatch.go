@@ -485,18 +485,16 @@ func (d *Dispatcher) Fork(ctx context.Context, teamID, id string, timeout time.D
 	if err != nil {
 		return nil, err
 	}
+	answered := min(len(children), places) // a node answers no more than it was asked
 	out := make([]sandbox.ForkResult, count)
-	for i, ch := range children {
-		if i >= places {
-			break // a node answers no more than it was asked
-		}
+	for i, ch := range children[:answered] {
 		if ch.Err != nil {
 			out[i].Err = ch.Err
 			continue
 		}
 		out[i].Sandbox, out[i].Err = d.cfg.Store.GetSandbox(ctx, ch.ID)
 	}
-	for i := len(children); i < count; i++ {
+	for i := answered; i < count; i++ {
 		out[i].Err = over
 		if i < places {
 			out[i].Err = fmt.Errorf("noderpc: the node answered %d of the %d children it was asked for", len(children), places)
