@@ -112,7 +112,8 @@ func TestTamperedLayerStream(t *testing.T) {
 			t.Fatalf("%s: no layer holding the template's file passed the man in the middle (the create answered %s)", c.name, r)
 		}
 		t.Logf("%s: the create answered %s", c.name, r)
-		if r.status == http.StatusCreated {
+		taken := r.status == http.StatusCreated
+		if taken {
 			sb, rec, err := C.created(ctx, r, C.teamA)
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
@@ -124,7 +125,10 @@ func TestTamperedLayerStream(t *testing.T) {
 			checkErrorBody(t, c.name, r)
 		}
 		if left := pullLeftovers(builder, puller, pulled, built.BuildID, []byte(forged)); len(left) > 0 {
-			t.Errorf("%s: %s kept what the refused pull wrote: %v", c.name, puller.name, left)
+			t.Errorf("%s: %s kept what the pull wrote: %v", c.name, puller.name, left)
+		}
+		if taken {
+			t.Fatalf("%s has the image now: the cases after %q would not pull it", puller.name, c.name)
 		}
 	}
 
