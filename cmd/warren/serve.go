@@ -94,7 +94,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Var((*labelList)(&f.NodeLabels), "node-label", "`KEY=VALUE` labelling this node in `warren nodes` (repeatable, or comma-separated; letters, digits and . _ / -)")
 	fs.DurationVar(&f.LostAfter, "lost-after", cluster.DefaultLostAfter, "a node not heard from for this long is lost: the api role places nothing there and reports its sandboxes gone")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
-	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit")
+	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit. In a cluster the api processes hold it across nodes; give nodes the same value (they claim it for resumes on traffic)")
 	fs.IntVar(&f.PoolSize, "pool-size", 2, "warm sandboxes always kept ready for the base template, the floor of its adaptive pool; 0: no warm pools at all")
 	fs.IntVar(&f.PoolMaxMemoryMB, "pool-max-memory-mb", 0, "memory the warm pools' idle sandboxes may hold above their floors, each counted at what a started one was measured to hold; the pools grow with the create rate and batches (default: a quarter of the node's memory)")
 	fs.StringVar(&f.RegistryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")

@@ -76,7 +76,7 @@ func (f failing) Kill(context.Context, string, string) error { return f.err }
 func TestClientDiskFull(t *testing.T) {
 	auth, _ := cluster.NewAuth([]byte(strings.Repeat("e", 32)))
 	full := fmt.Errorf("%w: %w: the node's data disk has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull)
-	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: full}}, auth.Guard("n1")))
+	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: full}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")))
 	defer srv.Close()
 	cl := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth))
 	err := cl.Kill(context.Background(), "t1", "sbx1")

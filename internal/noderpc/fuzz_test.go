@@ -28,7 +28,8 @@ var fuzzProcedures = []struct {
 }{
 	{nodev1connect.NodeServiceCreateSandboxProcedure, &nodev1.CreateSandboxRequest{TeamId: "team-a", TemplateId: "base", TimeoutMs: 1000,
 		Metadata: map[string]string{"k": "v"}, EnvVars: map[string]string{"A": "b"}, VolumeMounts: []*nodev1.VolumeMount{{Name: "v", Path: "/data"}},
-		ExtraJson: `{"network":{"egressProxy":{"url":"http://198.18.0.1:3128"}}}`, EgressProxyPassword: "pw"}},
+		ExtraJson: `{"network":{"egressProxy":{"url":"http://198.18.0.1:3128"}}}`, EgressProxyPassword: "pw", RequestId: "0123abcd"}},
+	{nodev1connect.NodeServiceAbandonCreateProcedure, &nodev1.AbandonCreateRequest{TeamId: "team-a", RequestId: "0123abcd"}},
 	{nodev1connect.NodeServiceKillSandboxProcedure, &nodev1.KillSandboxRequest{TeamId: "team-a", SandboxId: "sb"}},
 	{nodev1connect.NodeServiceSetTimeoutProcedure, &nodev1.SetTimeoutRequest{TeamId: "team-a", SandboxId: "sb", TimeoutMs: 1000}},
 	{nodev1connect.NodeServiceRefreshProcedure, &nodev1.RefreshRequest{TeamId: "team-a", SandboxId: "sb", DurationMs: 1000}},

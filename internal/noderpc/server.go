@@ -146,11 +146,17 @@ func bodyStatus(err error) int {
 // nodeService is NodeService's path and handler: the service on the
 // sandbox manager, behind the check of each call's team.
 func nodeService(s Served) (string, http.Handler) {
-	return nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}, connect.WithInterceptors(teamGuard(s.Teams)))
+	return nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes), connect.WithInterceptors(teamGuard(s.Teams)))
 }
 
 // service serves NodeService on a sandbox manager.
-type service struct{ m Sandboxes }
+type service struct {
+	m Sandboxes
+	// creates are the recent creates, for AbandonCreate (creates.go).
+	creates *createLog
+}
+
+func newService(m Sandboxes) service { return service{m: m, creates: newCreateLog()} }
 
 var _ nodev1connect.NodeServiceHandler = service{}
 
@@ -179,15 +185,7 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 		}
 		cr.Extra.Network.EgressProxy.Password = r.EgressProxyPassword
 	}
-	rec, err := s.m.Create(ctx, cr)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
+	return s.create(ctx, r.RequestId, cr)
 }
 
 func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {

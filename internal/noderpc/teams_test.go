@@ -27,6 +27,10 @@ var everyRPC = []rpcCall{
 		_, err := c.CreateSandbox(ctx, connect.NewRequest(&nodev1.CreateSandboxRequest{TeamId: team, TemplateId: "base"}))
 		return err
 	}},
+	{"AbandonCreate", func(ctx context.Context, c nodev1connect.NodeServiceClient, team string) error {
+		_, err := c.AbandonCreate(ctx, connect.NewRequest(&nodev1.AbandonCreateRequest{TeamId: team, RequestId: "r1"}))
+		return err
+	}},
 	{"KillSandbox", func(ctx context.Context, c nodev1connect.NodeServiceClient, team string) error {
 		_, err := c.KillSandbox(ctx, connect.NewRequest(&nodev1.KillSandboxRequest{TeamId: team, SandboxId: "victim"}))
 		return err
@@ -124,7 +128,14 @@ func TestEveryRPCNeedsAKnownTeam(t *testing.T) {
 			if err := rpc.call(ctx, c, "team-a"); err != nil {
 				t.Errorf("%s %s with a known team: %v", codec.name, rpc.name, err)
 			}
-			if got := sbs.seen(); len(got) != 1 || got[0][len(got[0])-len(" team-a"):] != " team-a" {
+			got := sbs.seen()
+			if rpc.name == "AbandonCreate" { // of a create never made: nothing to kill
+				if len(got) != 0 {
+					t.Errorf("%s %s of no create: the manager saw %v", codec.name, rpc.name, got)
+				}
+				continue
+			}
+			if len(got) != 1 || got[0][len(got[0])-len(" team-a"):] != " team-a" {
 				t.Errorf("%s %s with a known team: the manager saw %v", codec.name, rpc.name, got)
 			}
 		}

@@ -78,6 +78,9 @@ import (
 var (
 	ErrNotFound      = errors.New("sandbox not found")
 	ErrTransitioning = errors.New("sandbox is changing state")
+	// ErrTeamLimit: a paused sandbox cannot resume on traffic now, its
+	// team runs the most sandboxes it may (429).
+	ErrTeamLimit = errors.New("the sandbox's team is at its sandbox limit")
 )
 
 // Target is where a sandbox's traffic goes.
@@ -299,6 +302,8 @@ func (p *Proxy) resolveError(w http.ResponseWriter, r *http.Request, id string, 
 		writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
 	case errors.Is(err, ErrTransitioning):
 		writeError(w, http.StatusConflict, id, 0, "The sandbox is changing state, retry shortly")
+	case errors.Is(err, ErrTeamLimit):
+		writeError(w, http.StatusTooManyRequests, id, 0, "The sandbox is paused and cannot resume: its team runs the most sandboxes it may at once (--max-sandboxes-per-team); kill or pause one of them, then retry")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client left; nobody reads an answer.
 	default:

@@ -233,7 +233,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	rec, resumed, err := m.resume(ctx, l, opts)
+	rec, resumed, err := m.resume(ctx, l, opts, nil)
 	if err == nil && !resumed {
 		err = fmt.Errorf("%w: sandbox %s is already running", ErrConflict, id)
 	}
@@ -251,7 +251,7 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
-	if rec, resumed, err = m.resume(ctx, l, ResumeOptions{Timeout: timeout, Memory: memory}); err != nil || resumed {
+	if rec, resumed, err = m.resume(ctx, l, ResumeOptions{Timeout: timeout, Memory: memory}, nil); err != nil || resumed {
 		return rec, resumed, err
 	}
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -273,7 +273,10 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 // acts; a failed resume puts the record back (paused, files and checkpoint
 // kept) and returns a *ResumeError. A resume starts a new term: the
 // sandbox expires opts.Timeout from now, whenever its old term ended.
-func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ store.Sandbox, _ bool, err error) {
+// reserveTeam, if set, also takes a place in the team's limit beyond this
+// node (Config.ReserveForTeam) once the sandbox is known to be paused,
+// given back when the resume has ended (by then it runs, and counts).
+func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reserveTeam func(context.Context, string) (func(), error)) (_ store.Sandbox, _ bool, err error) {
 	defer m.observe(OpResume, time.Now(), &err)
 	// The steps' durations go to the debug log (make bench reads them).
 	tr := steptrace.New()
@@ -284,6 +287,13 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	paused, err := m.pausedNow(l)
 	if err != nil || !paused {
 		return store.Sandbox{}, false, err
+	}
+	if reserveTeam != nil {
+		release, err := reserveTeam(ctx, l.teamID)
+		if err != nil {
+			return store.Sandbox{}, false, err
+		}
+		defer release()
 	}
 	rec, err := m.cfg.Store.GetSandbox(ctx, l.id)
 	if err != nil {
@@ -527,9 +537,12 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 	if l == nil || !l.autoResume {
 		return proxy.ErrNotFound
 	}
-	if _, _, err := m.resume(ctx, l, ResumeOptions{Timeout: TrafficResumeTimeout, Memory: true}); err != nil {
-		if errors.Is(err, ErrNotFound) {
+	if _, _, err := m.resume(ctx, l, ResumeOptions{Timeout: TrafficResumeTimeout, Memory: true}, m.cfg.ReserveForTeam); err != nil {
+		switch {
+		case errors.Is(err, ErrNotFound):
 			return proxy.ErrNotFound
+		case errors.Is(err, ErrTeamLimit):
+			return fmt.Errorf("%w: %v", proxy.ErrTeamLimit, err)
 		}
 		return err
 	}

@@ -192,6 +192,13 @@ type Config struct {
 	// cordoned or drained by an operator, internal/cluster): its error
 	// makes a create ErrNoCapacity. Resumes are not asked.
 	Admit func(ctx context.Context) error
+	// ReserveForTeam, if set, takes a place in a team's sandbox limit
+	// beyond this node before a resume by proxy traffic, and returns what
+	// gives it back once the resume has ended: a cluster's node claims it
+	// in the shared store (dispatch.Claimer), as the api does for the
+	// resumes, connects, forks and creates it sends. Its ErrTeamLimit
+	// leaves the sandbox paused and the traffic answered 429.
+	ReserveForTeam func(ctx context.Context, teamID string) (release func(), err error)
 	// Observer, if set, is told of every create, pause and resume.
 	Observer Observer
 	Logger   *slog.Logger

@@ -208,7 +208,7 @@ func (e *env) waitWarm(n int) {
 
 // envdEnv asks envd for its default environment, with the sandbox's token.
 func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
-	l, err := m.lookup("", rec.ID)
+	l, err := m.lookupAny(rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,3 +245,16 @@ func printCredentials(out io.Writer, creds *auth.Credentials) {
 		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
 	}
 }
+
+// reserveForTeam is a node's claim of a place in a team's limit for a
+// resume by proxy traffic (sandbox.Config.ReserveForTeam): in the shared
+// store, against its --max-sandboxes-per-team, as the api processes claim
+// for what they send (so give nodes and apis the same limit). None but in
+// a cluster's node, or without a limit: a single server's own count is
+// the team's whole count.
+func reserveForTeam(cfg Config, st store.ClaimStore, log *slog.Logger) func(context.Context, string) (func(), error) {
+	if cfg.Role != RoleNode || cfg.MaxPerTeam <= 0 {
+		return nil
+	}
+	return dispatch.Claimer(st, cfg.MaxPerTeam, nil, log)
+}

@@ -256,7 +256,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
-		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
+		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit, ReserveForTeam: reserveForTeam(cfg, st, log),
 		Observer: met, Admit: func(ctx context.Context) error {
 			if member == nil { // not yet joined: nothing is served yet
 				return nil
