@@ -159,8 +159,10 @@ type mitm struct {
 	target string
 	mu     sync.Mutex
 	log    []*http.Request // each request, its body read (and trailers)
-	// rewrite, if set, changes each answer (status and decoded body).
+	// rewrite, if set, changes each answer (status and decoded body)
+	// that only (if set) matches; the others pass as they came.
 	rewrite func(res *http.Response, body []byte) []byte
+	only    func(res *http.Response) bool
 }
 
 func newMITM(t *testing.T, target string) *mitm {
@@ -218,9 +220,9 @@ func (p *mitm) carry(c net.Conn) {
 			return
 		}
 		p.mu.Lock()
-		rw := p.rewrite
+		rw, only := p.rewrite, p.only
 		p.mu.Unlock()
-		if rw != nil {
+		if rw != nil && (only == nil || only(res)) {
 			body, _ := io.ReadAll(res.Body)
 			gz := res.Header.Get("Content-Encoding") == "gzip"
 			if gz {
@@ -250,8 +252,15 @@ func (p *mitm) carry(c net.Conn) {
 func (p *mitm) addr() string { return p.ln.Addr().String() }
 
 func (p *mitm) setRewrite(rw func(*http.Response, []byte) []byte) {
+	p.setRewriteOf(nil, rw)
+}
+
+// setRewriteOf has rw change only the answers only matches: a buffered
+// answer (its body in its MAC, its Content-Length kept) that another
+// rewrite would send chunked stays as it was.
+func (p *mitm) setRewriteOf(only func(*http.Response) bool, rw func(*http.Response, []byte) []byte) {
 	p.mu.Lock()
-	p.rewrite = rw
+	p.rewrite, p.only = rw, only
 	p.mu.Unlock()
 }
 

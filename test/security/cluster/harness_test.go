@@ -453,34 +453,53 @@ func (c *clusterRun) call(ctx context.Context, tm team, method, path string, bod
 // createOn creates a sandbox of tm on node: the other nodes are cordoned
 // meanwhile.
 func (c *clusterRun) createOn(ctx context.Context, node string, tm team, timeout int) (*sandbox, error) {
-	for _, n := range c.nodes {
-		if n.name != node {
-			if err := c.nodeState(ctx, n.name, store.NodeCordoned); err != nil {
-				return nil, err
-			}
-			defer c.nodeState(context.Background(), n.name, store.NodeReady)
-		}
-	}
-	time.Sleep(apisSeeNodesAfter)
-	r, err := c.call(ctx, tm, "POST", "/sandboxes", map[string]any{"templateID": "base", "timeout": timeout})
+	r, err := c.createOf(ctx, "base", node, tm, timeout)
 	if err != nil {
 		return nil, err
 	}
 	if r.status != http.StatusCreated {
 		return nil, fmt.Errorf("create: %s", r)
 	}
+	sb, rec, err := c.created(ctx, r, tm)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Node != node {
+		return nil, fmt.Errorf("sandbox %s is on %q, not %s", sb.ID, rec.Node, node)
+	}
+	return sb, nil
+}
+
+// createOf asks for a sandbox of template as tm while every node but
+// node is cordoned, and returns the API's answer.
+func (c *clusterRun) createOf(ctx context.Context, template, node string, tm team, timeout int) (response, error) {
+	for _, n := range c.nodes {
+		if n.name != node {
+			if err := c.nodeState(ctx, n.name, store.NodeCordoned); err != nil {
+				return response{}, err
+			}
+			defer c.nodeState(context.Background(), n.name, store.NodeReady)
+		}
+	}
+	time.Sleep(apisSeeNodesAfter)
+	return c.call(ctx, tm, "POST", "/sandboxes", map[string]any{"templateID": template, "timeout": timeout})
+}
+
+// created is the sandbox a create's 201 answer r describes, and its
+// record in the store.
+func (c *clusterRun) created(ctx context.Context, r response, tm team) (*sandbox, store.Sandbox, error) {
 	var out struct {
 		SandboxID       string `json:"sandboxID"`
 		EnvdAccessToken string `json:"envdAccessToken"`
 	}
 	if err := json.Unmarshal(r.body, &out); err != nil {
-		return nil, err
+		return nil, store.Sandbox{}, err
 	}
 	rec, err := c.st.GetSandbox(ctx, out.SandboxID)
-	if err != nil || rec.Node != node {
-		return nil, fmt.Errorf("sandbox %s is on %q, not %s (%v)", out.SandboxID, rec.Node, node, err)
+	if err != nil {
+		return nil, rec, fmt.Errorf("sandbox %s: %w", out.SandboxID, err)
 	}
-	return &sandbox{ID: out.SandboxID, EnvdToken: out.EnvdAccessToken, team: tm}, nil
+	return &sandbox{ID: out.SandboxID, EnvdToken: out.EnvdAccessToken, team: tm}, rec, nil
 }
 
 func (c *clusterRun) nodeState(ctx context.Context, node string, s store.NodeState) error {
