@@ -183,11 +183,12 @@ func New(cfg Config) *Proxy {
 	p := &Proxy{cfg: cfg, log: reqid.Logger(cfg.Logger), transport: NewTransport(),
 		failures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     roundTripper{p},
-		FlushInterval: -1,
-		ErrorHandler:  p.upstreamError,
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		Rewrite:        p.rewrite,
+		Transport:      roundTripper{p},
+		FlushInterval:  -1,
+		ModifyResponse: closeUnreadOnAnswer,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	return p
 }
@@ -269,9 +270,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (a Connect stream answers once it has the first message). Without
 	// full duplex, net/http would then drain the body itself, racing the
 	// transport that is still copying it upstream, which breaks the
-	// upstream connection mid-response.
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+	// upstream connection mid-response (and see duplex.go).
+	r = fullDuplex(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+	p.rp.ServeHTTP(w, r)
 }
 
 // errSandboxEnded is the cause that ends the exchanges of a sandbox being
@@ -509,6 +510,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // exchange broke off.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	rt := r.Context().Value(routeKey{}).(*route)
+	closeIfUnread(r.Context(), w.Header())
 	if errors.Is(context.Cause(r.Context()), errSandboxEnded) {
 		writeError(w, http.StatusBadGateway, rt.sandboxID, 0, "The sandbox was not found")
 		return
