@@ -118,7 +118,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.SandboxMaxConns, "sandbox-max-conns", network.DefaultMaxConns, "most connections (conntrack entries: TCP, UDP flows, ...) each sandbox may have open at once; over it, new TCP is reset and anything else dropped; 0: no bound")
 	fs.IntVar(&f.SandboxConnRate, "sandbox-conn-rate", network.DefaultConnRate, "most new connections each sandbox may open per second, bursts of twice that; over it, the first packet is dropped (TCP retries it); 0: no bound")
 	fs.IntVar(&f.SandboxDiskReadMBps, "sandbox-disk-read-mbps", server.DefaultSandboxDiskReadMBps, "MiB per second each sandbox may read from the block device of its disk; 0: no bound")
-	fs.IntVar(&f.SandboxDiskWriteMBps, "sandbox-disk-write-mbps", server.DefaultSandboxDiskWriteMBps, "MiB per second each sandbox may write to the block device of its disk, where the kernel charges the writes to it (on cgroup v1 not the buffered writes the kernel writes back later: see the README's Security); 0: no bound")
+	fs.IntVar(&f.SandboxDiskWriteMBps, "sandbox-disk-write-mbps", server.DefaultSandboxDiskWriteMBps, "MiB per second each sandbox may write to the block device of its disk, where the kernel charges the writes to it (on cgroup v1 not the buffered writes the kernel writes back later: see docs/security.md); 0: no bound")
 	fs.IntVar(&f.SandboxDiskIOPS, "sandbox-disk-iops", server.DefaultSandboxDiskIOPS, "read and write operations per second (each) a sandbox may start on the block device of its disk; 0: no bound")
 	var level slog.Level
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "least severe log level written: debug, info, warn or error (debug adds each create's step durations)")

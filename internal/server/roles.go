@@ -118,7 +118,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		return err
 	}
 	// Team volumes: the same --volume-root as the nodes', on storage they
-	// share (README's Cluster section).
+	// share (docs/cluster.md).
 	vols, err := openVolumes(cfg, st, log)
 	if err != nil {
 		return err
