@@ -21,6 +21,9 @@ func (s *Server) PauseSandbox(w http.ResponseWriter, r *http.Request, id gen.San
 	if !readJSON(w, r, &body, true) {
 		return
 	}
+	if s.overDiskQuota(w, r, 0, "the pause") {
+		return
+	}
 	paused, err := s.cfg.Sandboxes.Pause(r.Context(), teamOf(r), id, body.Memory == nil || *body.Memory)
 	if err != nil {
 		s.fail(w, r, err)
@@ -85,9 +88,7 @@ func (s *Server) ForkSandbox(w http.ResponseWriter, r *http.Request, id gen.Sand
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if s.diskFull(w, r) {
-		return
-	}
+	// The node checks its own disk for the fork's checkpoint.
 	results, err := s.cfg.Sandboxes.Fork(r.Context(), teamOf(r), id, timeout, count)
 	if err != nil {
 		s.fail(w, r, err)
@@ -131,6 +132,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, sandbox.ErrTeamLimit):
 		return http.StatusTooManyRequests, err.Error()
+	case errors.Is(err, sandbox.ErrDiskFull):
+		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, sandbox.ErrNoCapacity):
 		return http.StatusServiceUnavailable, err.Error()
 	}
@@ -142,7 +145,7 @@ func (s *Server) CreateSnapshot(w http.ResponseWriter, r *http.Request, id gen.S
 	if !readJSON(w, r, &body, true) {
 		return
 	}
-	if s.diskFull(w, r) {
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the snapshot") {
 		return
 	}
 	b, ok := s.templates(w)

@@ -60,10 +60,29 @@ func extendDeadlines(w http.ResponseWriter, d time.Duration) {
 // diskFull answers 507 and returns true when the data dir's file system
 // has less free space than the reserve.
 func (s *Server) diskFull(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.DiskReserveMB <= 0 || s.cfg.FreeDiskMB == nil {
+	return s.fullDisk(w, r, s.cfg.FreeDiskMB)
+}
+
+// volumeDiskFull is diskFull for the volume root's file system.
+func (s *Server) volumeDiskFull(w http.ResponseWriter, r *http.Request) bool {
+	return s.fullDisk(w, r, s.volumeFreeMB())
+}
+
+// volumeFreeMB reads the volume root's free space.
+func (s *Server) volumeFreeMB() func() (int64, error) {
+	if s.cfg.VolumeFreeDiskMB != nil {
+		return s.cfg.VolumeFreeDiskMB
+	}
+	return s.cfg.FreeDiskMB
+}
+
+// fullDisk answers 507 and returns true when freeMB says less than the
+// reserve.
+func (s *Server) fullDisk(w http.ResponseWriter, r *http.Request, freeMB func() (int64, error)) bool {
+	if s.cfg.DiskReserveMB <= 0 || freeMB == nil {
 		return false
 	}
-	free, err := s.cfg.FreeDiskMB()
+	free, err := freeMB()
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("reading the data dir's free space: %w", err))
 		return true

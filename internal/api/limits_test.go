@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 type fakeClock struct {
@@ -130,8 +133,6 @@ func TestDiskReserve(t *testing.T) {
 	hs := newHarness(t, Config{DiskReserveMB: 2048, FreeDiskMB: func() (int64, error) { return free, statErr }})
 	hash := strings.Repeat("a", 64)
 	requests := []struct{ method, path, body string }{
-		{"POST", "/sandboxes", `{"templateID":"base"}`},
-		{"POST", "/v2/sandboxes", `{"templateID":"base"}`},
 		{"POST", "/v2/templates/tpl1/builds/b1", `{"fromTemplate":"base"}`},
 		{"POST", "/templates/tpl1", `{"dockerfile":"FROM base"}`},
 		{"PUT", "/upload/templates/tpl1/files/" + hash + "?expires=9999999999&signature=good", "archive"},
@@ -157,8 +158,27 @@ func TestDiskReserve(t *testing.T) {
 		}
 	}
 	statErr, free = errors.New("statfs: input/output error"), 1<<20
-	if w := hs.do("POST", "/sandboxes", keyTeam1, `{"templateID":"base"}`); w.Code != 500 {
+	if w := hs.do("POST", "/templates/tpl1", keyTeam1, `{"dockerfile":"FROM base"}`); w.Code != 500 {
 		t.Errorf("free space unreadable: %d (must fail closed)", w.Code)
+	}
+}
+
+// Sandboxes are made on a node's disk, not on the api's: a create, fork
+// or snapshot is not judged by the free space the api's own data dir
+// has (in a cluster, the api role's), but by the node that makes it,
+// whose refusal (sandbox.ErrDiskFull) is a 507.
+func TestSandboxDiskIsTheNodes(t *testing.T) {
+	hs := newHarness(t, Config{DiskReserveMB: 2048, FreeDiskMB: func() (int64, error) { return 100, nil }})
+	for _, path := range []string{"/sandboxes", "/v2/sandboxes"} {
+		if w := hs.do("POST", path, keyTeam1, `{"templateID":"base"}`); w.Code != http.StatusCreated {
+			t.Errorf("POST %s with the api's own disk full: %d %s, want it made by the node", path, w.Code, w.Body)
+		}
+	}
+	diskFull := fmt.Errorf("%w: %w: the node's data disk has 10 MB free, less than the 2048 MB it keeps in reserve", sandbox.ErrNoCapacity, sandbox.ErrDiskFull)
+	hs.sandboxes.create = func(sandbox.CreateRequest) (store.Sandbox, error) { return store.Sandbox{}, diskFull }
+	w := hs.do("POST", "/sandboxes", keyTeam1, `{"templateID":"base"}`)
+	if code, msg := errorBody(t, w); code != http.StatusInsufficientStorage || !strings.Contains(msg, "10 MB free") {
+		t.Errorf("the node's disk below its reserve: %d %q, want 507", code, msg)
 	}
 }
 

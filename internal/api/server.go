@@ -52,11 +52,12 @@ import (
 const (
 	DefaultTimeoutV1 = 15 * time.Second
 	DefaultTimeoutV2 = 300 * time.Second
-	// MaxTimeout bounds every timeout a client asks for.
-	MaxTimeout = 24 * time.Hour
+	// MaxTimeout bounds every timeout a client asks for (the sandbox
+	// manager's bound, which it applies again).
+	MaxTimeout = sandbox.MaxTimeout
 	// defaultRefresh and maxRefresh bound POST .../refreshes.
 	defaultRefresh = 60 * time.Second
-	maxRefresh     = time.Hour
+	maxRefresh     = sandbox.MaxRefresh
 	maxBody        = 1 << 20
 )
 
@@ -77,11 +78,24 @@ type Config struct {
 	// more than the whole node has is refused (400). 0: no such bound.
 	NodeCPUs, NodeMemoryMB int
 	// DiskReserveMB is the free space the data dir's file system keeps:
-	// below it (as FreeDiskMB reads it), sandbox creates, template builds
-	// and template file uploads are refused with 507 before anything is
-	// made. 0 or a nil FreeDiskMB: no reserve.
+	// below it (as FreeDiskMB reads it), template builds and template
+	// file uploads are refused with 507 before anything is made.
+	// Sandbox creates and forks are judged by the node that makes them
+	// (sandbox.ErrDiskFull), not here. 0 or a nil FreeDiskMB: no reserve.
 	DiskReserveMB int64
 	FreeDiskMB    func() (int64, error)
+	// VolumeFreeDiskMB is the free space of the volume root's file
+	// system, which volume creates and content writes fill (with
+	// DiskReserveMB); nil: FreeDiskMB.
+	VolumeFreeDiskMB func() (int64, error)
+	// TeamDiskQuotaMB bounds what a team's volumes, paused sandboxes,
+	// templates and snapshots take of the nodes' disks (as the store
+	// accounts it, store.DiskUsageStore): an operation that would add to
+	// a team at or over it is refused with 507. 0: no quota.
+	TeamDiskQuotaMB int64
+	// VolumeQuotaMB is the size of a new volume (--volume-quota), what a
+	// volume create adds to its team's disk usage.
+	VolumeQuotaMB int64
 	// RateLimit is the requests per second a team may make (burst twice
 	// that); over it: 429 with Retry-After. 0: no limit.
 	RateLimit float64
@@ -371,6 +385,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, sandbox.ErrTeamLimit):
 		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, sandbox.ErrDiskFull):
+		writeError(w, http.StatusInsufficientStorage, err.Error())
 	case errors.Is(err, sandbox.ErrNoCapacity), errors.Is(err, sandbox.ErrNodeUnavailable):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
@@ -470,9 +486,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	if body.Mcp != nil {
 		req.Extra.MCP = *body.Mcp
 	}
-	if s.diskFull(w, r) {
-		return
-	}
+	// The node that makes the sandbox checks its own disk
+	// (sandbox.ErrDiskFull): the api's may be another machine's.
 	rec, err := s.cfg.Sandboxes.Create(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)

@@ -151,7 +151,7 @@ func (s *Server) StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, te
 	for _, st := range deref(body.Steps) {
 		spec.Steps = append(spec.Steps, buildspec.Step{Type: st.Type, Args: deref(st.Args), FilesHash: deref(st.FilesHash), Force: deref(st.Force)})
 	}
-	if s.diskFull(w, r) {
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
 		return
 	}
 	if err := b.StartBuild(r.Context(), teamOf(r), templateID, buildID, spec); err != nil {
@@ -233,7 +233,7 @@ func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templat
 		writeError(w, http.StatusBadRequest, "dockerfile is required")
 		return
 	}
-	if s.diskFull(w, r) {
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
 		return
 	}
 	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, template.RebuildRequest{

@@ -117,7 +117,7 @@ func (s *Server) CreateVolume(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &body, false) {
 		return
 	}
-	if s.diskFull(w, r) {
+	if s.volumeDiskFull(w, r) || s.overDiskQuota(w, r, s.cfg.VolumeQuotaMB<<20, "the volume") {
 		return
 	}
 	v, err := vols.Create(r.Context(), teamOf(r), body.Name)
@@ -282,7 +282,7 @@ func (s *Server) ReadVolumeFile(w http.ResponseWriter, r *http.Request, id gen.V
 }
 
 func (s *Server) WriteVolumeFile(w http.ResponseWriter, r *http.Request, id gen.VolumeID, params gen.WriteVolumeFileParams) {
-	if s.diskFull(w, r) {
+	if s.volumeDiskFull(w, r) {
 		return
 	}
 	s.withTree(w, r, id, func(t *volume.Tree) {
@@ -299,15 +299,16 @@ func (s *Server) WriteVolumeFile(w http.ResponseWriter, r *http.Request, id gen.
 // reserveGuard stops a volume file write once the node's disk falls
 // below its reserve (a volume without a quota of its own could fill it).
 func (s *Server) reserveGuard(int64) error {
-	if s.cfg.DiskReserveMB <= 0 || s.cfg.FreeDiskMB == nil {
+	freeMB := s.volumeFreeMB()
+	if s.cfg.DiskReserveMB <= 0 || freeMB == nil {
 		return nil
 	}
-	free, err := s.cfg.FreeDiskMB()
+	free, err := freeMB()
 	if err != nil {
 		return err
 	}
 	if free < s.cfg.DiskReserveMB {
-		return fmt.Errorf("%w: the node's data disk has %d MB free, less than the %d MB it keeps in reserve (--disk-reserve-mb)", volume.ErrNoSpace, free, s.cfg.DiskReserveMB)
+		return fmt.Errorf("%w: the volume root's disk has %d MB free, less than the %d MB it keeps in reserve (--disk-reserve-mb)", volume.ErrNoSpace, free, s.cfg.DiskReserveMB)
 	}
 	return nil
 }

@@ -12,10 +12,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Guard is a node's side of the authentication: it takes requests signed
@@ -222,6 +225,12 @@ func (aw *answerWriter) WriteHeader(code int) {
 // sign sets the answer's MAC and signed headers list in h.
 func (aw *answerWriter) sign(h http.Header, status int, mode string, body []byte) {
 	names := normalizeHeaders(h)
+	// "Connection: close" is for this hop (the node's server closes after
+	// the answer) and a client drops it from the answers it reads: it
+	// cannot be signed. Other Connection values (a switch's Upgrade) are.
+	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "Connection" })
+	}
 	h.Set(HeadersHeader, strings.Join(names, ","))
 	m := aw.a.newMAC("answer")
 	m.fields(authVersion, string(aw.reqMAC), mode, strconv.Itoa(status))

@@ -182,7 +182,10 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.TeamID = teamID
+	if teamID == "" {
+		return nil, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -216,13 +219,11 @@ func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Cl
 
 // Create places a sandbox on the best node that takes it.
 func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
-	if d.cfg.MaxPerTeam > 0 {
-		release, err := d.claim(ctx, req.TeamID)
-		if err != nil {
-			return store.Sandbox{}, err
-		}
-		defer release()
+	release, err := d.admit(ctx, req.TeamID)
+	if err != nil {
+		return store.Sandbox{}, err
 	}
+	defer release()
 	ns, err := d.nodeList(ctx)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -260,6 +261,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		return store.Sandbox{}, fmt.Errorf("%w: no node is ready to take sandboxes (`warren nodes` shows their states)", sandbox.ErrNoCapacity)
 	}
 	var refusals []string
+	diskFull := 0     // refusals for the disk reserve
 	var missing error // a node's "no such template"
 	for i, n := range cands {
 		if i > 0 {
@@ -293,43 +295,16 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		}
 		d.log.InfoContext(ctx, "dispatch: node did not take the sandbox, trying the next", "node", n.Name, "err", err)
 		refusals = append(refusals, n.Name+": "+err.Error())
+		diskFull += btoi(errors.Is(err, sandbox.ErrDiskFull))
 	}
 	if missing != nil && len(refusals) == 0 {
 		return store.Sandbox{}, missing
 	}
-	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
-}
-
-// claimTTL is how long a create's place in its team's limit outlives an
-// api process that died while the create was under way. A create that
-// takes longer (a template pull of many minutes) no longer holds its
-// place once the claim expires; the node's own --max-sandboxes-per-team
-// still bounds the team there.
-const claimTTL = 15 * time.Minute
-
-// claim takes a place in team's limit for a create (store.ClaimSandbox:
-// the count of every api replica's creates and of the team's running
-// sandboxes, and the claim, are one transaction), and returns what gives
-// it back once the node has answered: by then a sandbox it made is
-// running and counts for itself.
-func (d *Dispatcher) claim(ctx context.Context, team string) (release func(), err error) {
-	id, err := d.cfg.Store.ClaimSandbox(ctx, team, d.cfg.MaxPerTeam, d.cfg.Now().Add(claimTTL))
-	var over *store.LimitError
-	switch {
-	case errors.As(err, &over):
-		return nil, fmt.Errorf("%w: the team has %d sandboxes running or starting, its most (--max-sandboxes-per-team)", sandbox.ErrTeamLimit, over.Have)
-	case errors.Is(err, store.ErrNotFound):
-		return nil, fmt.Errorf("%w: no such team", sandbox.ErrInvalid)
-	case err != nil:
-		return nil, err
+	if diskFull > 0 && diskFull == len(refusals) {
+		// Every node is below its disk reserve: 507, as one node's is.
+		return store.Sandbox{}, fmt.Errorf("%w: %w: no node has disk room for the sandbox now (%s)", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, strings.Join(refusals, "; "))
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := d.cfg.Store.ReleaseClaim(ctx, id); err != nil {
-			d.log.WarnContext(ctx, "dispatch: giving back a create's place in its team's limit failed; it expires by itself", "team", team, "err", err, "expires_in", claimTTL)
-		}
-	}, nil
+	return store.Sandbox{}, fmt.Errorf("%w: no node can take the sandbox now (%s)", sandbox.ErrNoCapacity, strings.Join(refusals, "; "))
 }
 
 // describe is a log's view of candidates: each node with the sandboxes
@@ -437,11 +412,23 @@ func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Du
 	return c.Refresh(ctx, teamID, id, dur)
 }
 
+// Connect resumes a paused sandbox into a place in its team's limit
+// (claims.go); at the limit it only connects to a running one.
 func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
-	c, err := d.on(ctx, teamID, id)
+	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
+	c := d.client(n)
+	release, err := d.admit(ctx, teamID)
+	if errors.Is(err, sandbox.ErrTeamLimit) {
+		rec, err := d.connectRunning(ctx, c, rec, timeout, err)
+		return rec, false, err
+	}
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	defer release()
 	return c.Connect(ctx, teamID, id, timeout, memory)
 }
 
@@ -458,31 +445,60 @@ func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bo
 	return paused, err
 }
 
+// ResumeSandbox resumes a paused sandbox into a place in its team's
+// limit (claims.go).
 func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
-	c, err := d.on(ctx, teamID, id)
+	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	return c.Resume(ctx, teamID, id, opts)
+	release, err := d.admit(ctx, teamID)
+	if errors.Is(err, sandbox.ErrTeamLimit) && rec.State == store.StateRunning {
+		// Nothing is resumed without a place: a running sandbox's answer
+		// is the node's, without asking it.
+		return store.Sandbox{}, fmt.Errorf("%w: sandbox %s is already running", sandbox.ErrConflict, id)
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer release()
+	return d.client(n).Resume(ctx, teamID, id, opts)
 }
 
-// Fork forks on the parent's node: the checkpoint is there.
+// Fork forks on the parent's node (the checkpoint is there), as many
+// children as the team's limit has places for; the others fail as
+// their creates would (claims.go).
 func (d *Dispatcher) Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return nil, err
 	}
-	children, err := c.Fork(ctx, teamID, id, timeout, count)
+	if count < 1 || count > sandbox.MaxForkCount {
+		return nil, fmt.Errorf("%w: count must be between 1 and %d", sandbox.ErrInvalid, sandbox.MaxForkCount)
+	}
+	places, release, over, err := d.admitN(ctx, teamID, count)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]sandbox.ForkResult, len(children))
-	for i, ch := range children {
+	defer release()
+	children, err := c.Fork(ctx, teamID, id, timeout, places)
+	if err != nil {
+		return nil, err
+	}
+	answered := min(len(children), places) // a node answers no more than it was asked
+	out := make([]sandbox.ForkResult, count)
+	for i, ch := range children[:answered] {
 		if ch.Err != nil {
 			out[i].Err = ch.Err
 			continue
 		}
 		out[i].Sandbox, out[i].Err = d.cfg.Store.GetSandbox(ctx, ch.ID)
+	}
+	for i := answered; i < count; i++ {
+		out[i].Err = over
+		if i < places {
+			out[i].Err = fmt.Errorf("noderpc: the node answered %d of the %d children it was asked for", len(children), places)
+		}
 	}
 	return out, nil
 }
@@ -561,4 +577,11 @@ func (d *Dispatcher) forget(id string) {
 	d.mu.Lock()
 	delete(d.routes, id)
 	d.mu.Unlock()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -30,8 +30,10 @@ type fakeNode struct {
 	mu   sync.Mutex
 	n    int
 	err  error
-	// gate, if set, holds creates until it is closed.
+	// gate, if set, holds creates until it is closed, and resumes and
+	// forks (counted in held while they wait).
 	gate chan struct{}
+	held int
 	// templates are the templates other than base it has.
 	templates map[string]bool
 	// asked lists "call team id".
@@ -78,16 +80,67 @@ func (f *fakeNode) Refresh(ctx context.Context, team, id string, d time.Duration
 	return f.note("refresh", team, id)
 }
 func (f *fakeNode) Connect(ctx context.Context, team, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
-	return store.Sandbox{}, true, f.note("connect", team, id)
+	if err := f.note("connect", team, id); err != nil {
+		return store.Sandbox{}, false, err
+	}
+	return f.wake(ctx, team, id)
 }
 func (f *fakeNode) Pause(ctx context.Context, team, id string, keep bool) (bool, error) {
 	return true, f.note("pause", team, id)
 }
 func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
-	return store.Sandbox{}, f.note("resume", team, id)
+	if err := f.note("resume", team, id); err != nil {
+		return store.Sandbox{}, err
+	}
+	rec, resumed, err := f.wake(ctx, team, id)
+	if err == nil && !resumed {
+		err = fmt.Errorf("%w: sandbox %s is already running", sandbox.ErrConflict, id)
+	}
+	return rec, err
 }
+
+// Fork makes count running children of a team's sandbox, after the gate.
 func (f *fakeNode) Fork(ctx context.Context, team, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
-	return nil, f.note("fork", team, id)
+	if err := f.note("fork", team, id); err != nil {
+		return nil, err
+	}
+	if rec, err := f.st.GetSandbox(ctx, id); err != nil || rec.TeamID != team {
+		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	f.hold()
+	out := make([]sandbox.ForkResult, count)
+	for i := range out {
+		out[i].Sandbox, out[i].Err = f.Create(ctx, sandbox.CreateRequest{TeamID: team, TemplateID: "base", Timeout: d})
+	}
+	return out, nil
+}
+
+// wake resumes a team's paused sandbox after the gate (resumed), or
+// answers a running one as it is.
+func (f *fakeNode) wake(ctx context.Context, team, id string) (store.Sandbox, bool, error) {
+	rec, err := f.st.GetSandbox(ctx, id)
+	if err != nil || rec.TeamID != team {
+		return store.Sandbox{}, false, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	if rec.State != store.StatePaused {
+		return rec, false, nil
+	}
+	f.hold()
+	rec, err = f.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { s.State = store.StateRunning; return nil })
+	return rec, true, err
+}
+
+// hold waits for the gate, if there is one.
+func (f *fakeNode) hold() {
+	f.mu.Lock()
+	gate := f.gate
+	if gate != nil {
+		f.held++
+	}
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 }
 func (f *fakeNode) Metrics(ctx context.Context, team, id string, start, end time.Time) ([]sandbox.Metric, error) {
 	return []sandbox.Metric{{Time: start, CPUCount: 2, MemUsed: 7}}, f.note("metrics", team, id)
@@ -145,7 +198,7 @@ func newCluster2(t *testing.T) *cluster2 {
 		platform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.EscapedPath(), r.Host)
 		})
-		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Traffic: traffic, Platform: platform}, auth.Guard(name)))
+		srv := httptest.NewServer(noderpc.Handler(noderpc.Served{Sandboxes: f, Teams: &noderpc.StoreTeams{Store: st}, Traffic: traffic, Platform: platform}, auth.Guard(name)))
 		t.Cleanup(srv.Close)
 		c.nodes[name] = f
 		n := store.Node{Name: name, Address: strings.TrimPrefix(srv.URL, "http://"), Runtime: "runsc", CPUs: 2, MemoryMB: 4096,
@@ -352,6 +405,22 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
 		t.Fatalf("a full cluster: %v", err)
+	}
+	if errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("a cluster without CPU or memory reads as a full disk: %v", err)
+	}
+	// Every node below its disk reserve: the cluster's answer is a full
+	// disk (507), as one node's is.
+	diskFull := func(n string) error {
+		return fmt.Errorf("%w: %w: node %s has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, n)
+	}
+	c.nodes["na"].set(diskFull("na"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("one disk full, one node without memory: %v", err)
+	}
+	c.nodes["nb"].set(diskFull("nb"))
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
+		t.Errorf("every node's disk full: %v", err)
 	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)

@@ -84,22 +84,16 @@ func (d *Dispatcher) SignedBy(signed func(envdAccessToken string) bool) (string,
 	if err := d.refreshSigned(ctx); err != nil {
 		return "", err
 	}
-	type candidate struct{ id, token string }
 	x := &d.signed
 	x.mu.Lock()
-	cands := make([]candidate, 0, len(x.tokens))
+	cands := make([]proxy.SignedCandidate, 0, len(x.tokens))
 	for id, tok := range x.tokens {
-		cands = append(cands, candidate{id, tok})
+		cands = append(cands, proxy.SignedCandidate{ID: id, EnvdAccessToken: tok})
 	}
 	x.mu.Unlock()
-	found := ""
-	for _, c := range cands {
-		if signed(c.token) && found == "" {
-			found = c.id
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
+	found, err := proxy.FirstSigned(cands, signed)
+	if err != nil {
+		return "", err
 	}
 	rec, err := d.cfg.Store.GetSandbox(ctx, found)
 	if err == nil && routable(rec) && signed(rec.EnvdAccessToken) {

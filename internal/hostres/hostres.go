@@ -1,13 +1,18 @@
 // Package hostres reads what this host has for sandboxes: its CPUs and
-// memory (read once by whoever admits sandboxes) and the free space of a
-// file system (read on every request that would fill it).
+// memory (read once by whoever admits sandboxes), the free space of a
+// file system (read on every request that would fill it), and what a
+// tree of files holds of its disk (what a team's paused sandbox or
+// template costs).
 package hostres
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -102,4 +107,53 @@ func RaisePidMax(file string, want int) (was, is int, err error) {
 		return was, was, fmt.Errorf("hostres: raising %s from %d to %d: %w", file, was, want, err)
 	}
 	return was, want, nil
+}
+
+// AllocatedBytes is what the files under paths hold of their file
+// systems' blocks (st_blocks, so a sparse file counts what it holds, not
+// its size), each inode once. Links are not followed and other file
+// systems mounted below a path are not entered; a missing path counts 0.
+func AllocatedBytes(paths ...string) (int64, error) {
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
+	var total int64
+	for _, root := range paths {
+		var rst unix.Stat_t
+		if err := unix.Lstat(root, &rst); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return 0, fmt.Errorf("hostres: %s: %w", root, err)
+		}
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil // removed meanwhile
+				}
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					return nil
+				}
+				return err
+			}
+			if st.Dev != rst.Dev {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if k := (inode{st.Dev, st.Ino}); !seen[k] {
+				seen[k] = true
+				total += st.Blocks * 512
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("hostres: measuring %s: %w", root, err)
+		}
+	}
+	return total, nil
 }

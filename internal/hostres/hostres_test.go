@@ -61,3 +61,28 @@ func TestRaisePidMax(t *testing.T) {
 		t.Error("a pid_max that is no number: no error")
 	}
 }
+
+// A sparse file counts what it holds, a hard link once, a missing path
+// nothing.
+func TestAllocatedBytes(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(1 << 30)
+	f.WriteAt(make([]byte, 1<<20), 0)
+	f.Sync()
+	f.Close()
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o700)
+	os.WriteFile(filepath.Join(dir, "sub", "data"), make([]byte, 1<<20), 0o600)
+	os.Link(filepath.Join(dir, "sub", "data"), filepath.Join(dir, "sub", "link"))
+	os.Symlink("/usr", filepath.Join(dir, "usr"))
+	got, err := AllocatedBytes(dir, filepath.Join(dir, "missing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < 2<<20 || got > 3<<20 {
+		t.Errorf("AllocatedBytes = %d, want about 2 MiB", got)
+	}
+}

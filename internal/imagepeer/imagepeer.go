@@ -11,8 +11,15 @@
 // the puller checks before the layer or checkpoint is renamed into place:
 // one cut short or damaged on the way is never used. What layertar does
 // not take is lost on the way: extended attributes other than
-// security.capability (user.*, ACLs), and a layer's holes (a sparse file
-// in a layer arrives whole).
+// security.capability (user.*, ACLs). A layer's sparse files keep their
+// holes (sparse.go): a file's holes are lengths on the wire and are never
+// written by the puller.
+//
+// Disk. A pull asks the image store's space guard (the node's disk
+// reserve, --disk-reserve-mb) before it starts and again after every
+// guardEvery bytes of the stream; what it writes is at most what it
+// reads, so it stops within guardEvery of the reserve, and its partial
+// layer or checkpoint is removed.
 package imagepeer
 
 import (
@@ -24,10 +31,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -72,7 +81,10 @@ func Handler(images *image.Store) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(t)
 		case "layers":
-			serveDir(w, images.LayerDir(id), "application/x-tar", writeLayer)
+			holes := r.Header.Get(HolesHeader) == "1"
+			serveDir(w, images.LayerDir(id), "application/x-tar", func(out io.Writer, dir string) error {
+				return writeLayer(out, dir, holes)
+			})
 		case "snapshots":
 			serveDir(w, images.SnapshotDir(id), "application/octet-stream", writeSnapshot)
 		default:
@@ -97,8 +109,9 @@ func serveDir(w http.ResponseWriter, dir, contentType string, write func(io.Writ
 }
 
 // writeLayer writes the layer at root as a tar stream, entries sorted by
-// name, never following a symbolic link.
-func writeLayer(out io.Writer, root string) error {
+// name, never following a symbolic link; with holes, its sparse files as
+// holes and data (sparse.go).
+func writeLayer(out io.Writer, root string, holes bool) error {
 	tw := tar.NewWriter(out)
 	links := map[[2]uint64]string{}
 	var walk func(rel string) error
@@ -115,18 +128,13 @@ func writeLayer(out io.Writer, root string) error {
 		if hdr == nil {
 			return nil // a socket, or a device that is not a whiteout
 		}
+		if hdr.Typeflag == tar.TypeReg {
+			return writeFile(tw, p, hdr, holes)
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
 		switch {
-		case hdr.Typeflag == tar.TypeReg:
-			f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			return err
 		case fi.IsDir():
 			if v, err := getxattr(p, "trusted.overlay.opaque"); err == nil && v == "y" {
 				opq := &tar.Header{Name: filepath.Join(rel, ".wh..wh..opq"), Typeflag: tar.TypeReg, Mode: 0o600, ModTime: fi.ModTime()}
@@ -155,6 +163,42 @@ func writeLayer(out io.Writer, root string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// writeFile writes the regular file at p, its header hdr: whole, or with
+// holes (a file that has some) as a sparse body.
+func writeFile(tw *tar.Writer, p string, hdr *tar.Header, holes bool) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if !holes || st.Size != hdr.Size || st.Blocks*512 >= st.Size {
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		_, err = io.Copy(tw, f)
+		return err
+	}
+	segs, err := fileSegments(f, st.Size)
+	if err != nil {
+		return err
+	}
+	h := *hdr
+	h.PAXRecords = maps.Clone(hdr.PAXRecords)
+	if h.PAXRecords == nil {
+		h.PAXRecords = map[string]string{}
+	}
+	h.PAXRecords[sparseSizeKey] = strconv.FormatInt(st.Size, 10)
+	h.Size = sparseBodyLen(segs)
+	if err := tw.WriteHeader(&h); err != nil {
+		return err
+	}
+	return writeSparseBody(tw, f, segs)
 }
 
 // header is the tar header of the entry at p (rel in the layer); nil for

@@ -102,6 +102,7 @@ func (p *Puller) get(ctx context.Context, url string) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set(HolesHeader, "1") // layers' sparse files as holes and data
 	res, err := p.Transport.RoundTrip(req)
 	if err != nil {
 		return nil, fmt.Errorf("imagepeer: %s: %w", url, err)
@@ -133,19 +134,38 @@ func unpackLayer(in io.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
-		if err := w.Entry(hdr, tr); err != nil {
+		var content io.Reader = tr
+		if v, ok := hdr.PAXRecords[sparseSizeKey]; ok {
+			if hdr.Typeflag != tar.TypeReg {
+				return fmt.Errorf("%q: %s on an entry that is not a regular file", hdr.Name, sparseSizeKey)
+			}
+			size, err := parseSparseSize(v)
+			if err != nil {
+				return fmt.Errorf("%q: %w", hdr.Name, err)
+			}
+			content = &sparseEntry{r: tr, size: size}
+		}
+		if err := w.Entry(hdr, content); err != nil {
 			return fmt.Errorf("%q: %w", hdr.Name, err)
 		}
 	}
 	return w.Finish()
 }
 
+// guardEvery is how many bytes of a stream a pull reads between two
+// calls of the image store's space guard. What a stream unpacks to on
+// disk is at most what it holds (holes travel as lengths and are not
+// written), so between two checks at most this much is written.
+const guardEvery = 8 << 20
+
 // fetch gets url's stream and unpacks it into a new locked temporary dir
 // (temp), which is renamed to final once the stream's digest matches the
-// trailer's; what remains of a failed fetch is removed. Another process
-// that made final meanwhile wins.
+// trailer's; what remains of a failed fetch is removed, a fetch the
+// space guard stopped included. Another process that made final
+// meanwhile wins.
 func (p *Puller) fetch(ctx context.Context, url, what string, temp func(prefix string) (*image.TempDir, error), final string, unpack func(io.Reader, string) error) error {
-	if guard := p.Images.SpaceGuard(); guard != nil {
+	guard := p.Images.SpaceGuard()
+	if guard != nil {
 		if err := guard(); err != nil {
 			return err
 		}
@@ -161,7 +181,7 @@ func (p *Puller) fetch(ctx context.Context, url, what string, temp func(prefix s
 	}
 	defer res.Body.Close()
 	h := sha256.New()
-	in := io.TeeReader(res.Body, h)
+	in := io.TeeReader(&guardedReader{r: res.Body, guard: guard}, h)
 	if err := unpack(in, tmp.Path); err != nil {
 		return fmt.Errorf("imagepeer: %s: %w", what, err)
 	}
@@ -174,4 +194,24 @@ func (p *Puller) fetch(ctx context.Context, url, what string, temp func(prefix s
 		return fmt.Errorf("imagepeer: %s: the stream's digest is %s, the node's %q", what, got, want)
 	}
 	return tmp.Commit(final)
+}
+
+// guardedReader calls guard after every guardEvery bytes read and fails
+// with its error.
+type guardedReader struct {
+	r     io.Reader
+	guard func() error
+	n     int64
+}
+
+func (g *guardedReader) Read(b []byte) (int, error) {
+	n, err := g.r.Read(b)
+	before := g.n
+	g.n += int64(n)
+	if g.guard != nil && before/guardEvery != g.n/guardEvery {
+		if gerr := g.guard(); gerr != nil {
+			return n, gerr
+		}
+	}
+	return n, err
 }

@@ -262,6 +262,14 @@ func (w *Writer) clear(p string, dir bool) (kept bool, _ error) {
 	return false, os.RemoveAll(p)
 }
 
+// FileFiller is an entry's content that writes itself into the new
+// regular file (Entry's r for a file that is not a plain stream of its
+// bytes: internal/imagepeer's sparse files, whose holes it leaves
+// unwritten). It writes only into f.
+type FileFiller interface {
+	FillFile(f *os.File) error
+}
+
 // file writes a regular file. Ownership is set before the mode, since
 // chown clears setuid and setgid bits, and before the capability xattr,
 // which chown clears too.
@@ -273,7 +281,12 @@ func (w *Writer) file(p string, hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer f.Close()
-	if _, err := io.CopyBuffer(f, r, w.buf); err != nil {
+	if ff, ok := r.(FileFiller); ok {
+		err = ff.FillFile(f)
+	} else {
+		_, err = io.CopyBuffer(f, r, w.buf)
+	}
+	if err != nil {
 		return err
 	}
 	fd := int(f.Fd())

@@ -263,3 +263,11 @@ func (ts *timedStore) SandboxRoutes(ctx context.Context, seq int64) ([]store.San
 	})
 	return routes, next, err
 }
+
+func (ts *timedStore) SetDiskUse(ctx context.Context, u store.DiskUse) error {
+	return timed0(ts, "SetDiskUse", func() error { return ts.Store.SetDiskUse(ctx, u) })
+}
+
+func (ts *timedStore) TeamDiskUsage(ctx context.Context, teamID string) (store.TeamDisk, error) {
+	return timed(ts, "TeamDiskUsage", func() (store.TeamDisk, error) { return ts.Store.TeamDiskUsage(ctx, teamID) })
+}

@@ -333,7 +333,7 @@ func TestLimits(t *testing.T) {
 				// A fork bomb is stopped by the pids limit (1024): the cgroup
 				// never holds more tasks than that, and nothing outside the
 				// sandbox notices. (envd itself may die when the limit leaves
-				// it no room for a thread; see the README.)
+				// it no room for a thread; see docs/operating.md, Known limits.)
 				bomb := `nohup python3 -c '
 import os, time
 while True:

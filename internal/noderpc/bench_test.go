@@ -33,10 +33,10 @@ func BenchmarkNodeServiceCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeServiceHandler(service{connecting{}}))
+	mux.Handle(nodev1connect.NewNodeServiceHandler(newService(connecting{})))
 	plain := httptest.NewServer(mux)
 	defer plain.Close()
-	signed := httptest.NewServer(Handler(Served{Sandboxes: connecting{}}, auth.Guard("n1")))
+	signed := httptest.NewServer(Handler(Served{Sandboxes: connecting{}, Teams: &StoreTeams{Store: &teamStore{teams: map[string]bool{"t1": true}}}}, auth.Guard("n1")))
 	defer signed.Close()
 	plainTransport := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	for _, c := range []struct {

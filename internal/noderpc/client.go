@@ -3,6 +3,7 @@ package noderpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -61,7 +62,11 @@ func record(id, js string) (store.Sandbox, error) {
 	return rec, nil
 }
 
-// Create starts a sandbox on the node and returns its record.
+// Create starts a sandbox on the node and returns its record. When it
+// cannot take the node's answer (no answer in time, the connection broke,
+// ctx ended, an answer that does not parse) although the node may have
+// made the sandbox, it abandons the create (AbandonCreate), so that the
+// node kills what it made rather than run it unseen.
 func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	extra, err := json.Marshal(req.Extra)
 	if err != nil {
@@ -71,6 +76,7 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 		TeamId: req.TeamID, TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory,
 		AutoResume: req.AutoResume, Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, ExtraJson: string(extra),
+		RequestId: newRequestID(),
 	}
 	if n := req.Extra.Network; n != nil && n.EgressProxy != nil {
 		m.EgressProxyPassword = n.EgressProxy.Password
@@ -80,9 +86,42 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 	}
 	res, err := c.rpc.CreateSandbox(ctx, connect.NewRequest(m))
 	if err != nil {
-		return store.Sandbox{}, c.err(err)
+		if answered(err) {
+			return store.Sandbox{}, c.err(err)
+		}
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, c.err(err))
 	}
-	return record(res.Msg.SandboxId, res.Msg.SandboxJson)
+	rec, err := record(res.Msg.SandboxId, res.Msg.SandboxJson)
+	if err == nil {
+		err = ctx.Err() // nobody takes it
+	}
+	if err != nil {
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, err)
+	}
+	return rec, nil
+}
+
+// abandonTimeout bounds an AbandonCreate, which is made whether or not
+// the create's context lasted.
+const abandonTimeout = 5 * time.Second
+
+// abandon asks the node to kill what the create named request made, and
+// returns the create's error, with the abandon's if it failed.
+func (c *Client) abandon(ctx context.Context, team, request string, createErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	_, err := c.rpc.AbandonCreate(ctx, connect.NewRequest(&nodev1.AbandonCreateRequest{TeamId: team, RequestId: request}))
+	if err != nil {
+		return fmt.Errorf("%w (and abandoning the create on node %s failed, so a sandbox it made may run until its timeout: %v)", createErr, c.node, err)
+	}
+	return createErr
+}
+
+// answered says that a call's error is the node service's own answer
+// (it carries an error kind): a create so answered made nothing.
+func answered(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Meta().Get(kindHeader) != ""
 }
 
 func (c *Client) Kill(ctx context.Context, teamID, id string) error {

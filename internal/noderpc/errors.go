@@ -25,6 +25,7 @@ var kinds = []struct {
 	{"template_not_found", sandbox.ErrTemplateNotFound, connect.CodeNotFound},
 	{"volume_not_found", sandbox.ErrVolumeNotFound, connect.CodeNotFound},
 	{"invalid", sandbox.ErrInvalid, connect.CodeInvalidArgument},
+	{"disk_full", sandbox.ErrDiskFull, connect.CodeResourceExhausted}, // before no_capacity, which it comes with
 	{"no_capacity", sandbox.ErrNoCapacity, connect.CodeResourceExhausted},
 	{"team_limit", sandbox.ErrTeamLimit, connect.CodeResourceExhausted},
 	{"conflict", sandbox.ErrConflict, connect.CodeFailedPrecondition},
@@ -91,6 +92,10 @@ func (e *RemoteError) Unwrap() error { return e.Kind }
 // fromKind is the error a kind name and message stand for.
 func fromKind(kind, msg string) error {
 	for _, k := range kinds {
+		if k.name == kind && k.err == sandbox.ErrDiskFull {
+			// As the node's: another node may have room.
+			return &RemoteError{Kind: errors.Join(sandbox.ErrDiskFull, sandbox.ErrNoCapacity), Msg: msg}
+		}
 		if k.name == kind {
 			return &RemoteError{Kind: k.err, Msg: msg}
 		}

@@ -25,9 +25,9 @@ func TestClientErrors(t *testing.T) {
 		kind    error // nil: none of the manager's kinds
 		message string
 	}{
-		"a kind": {node: Handler(Served{Sandboxes: failing{err: fmt.Errorf("%w: sbx1", sandbox.ErrNotFound)}}, auth.Guard("n1")),
+		"a kind": {node: Handler(Served{Sandboxes: failing{err: fmt.Errorf("%w: sbx1", sandbox.ErrNotFound)}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")),
 			kind: sandbox.ErrNotFound, message: "sandbox not found: sbx1"},
-		"the node's own failure": {node: Handler(Served{Sandboxes: failing{err: errors.New("disk on fire")}}, auth.Guard("n1")),
+		"the node's own failure": {node: Handler(Served{Sandboxes: failing{err: errors.New("disk on fire")}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")),
 			message: "disk on fire"},
 		"dies mid-call": {node: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			conn, _, _ := w.(http.Hijacker).Hijack()
@@ -70,3 +70,17 @@ type failing struct {
 }
 
 func (f failing) Kill(context.Context, string, string) error { return f.err }
+
+// A node's disk below its reserve comes back as sandbox.ErrDiskFull (a
+// 507) and still as ErrNoCapacity (dispatch tries another node).
+func TestClientDiskFull(t *testing.T) {
+	auth, _ := cluster.NewAuth([]byte(strings.Repeat("e", 32)))
+	full := fmt.Errorf("%w: %w: the node's data disk has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull)
+	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: full}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")))
+	defer srv.Close()
+	cl := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth))
+	err := cl.Kill(context.Background(), "t1", "sbx1")
+	if !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "10 MB free") {
+		t.Errorf("a node's full disk: %v", err)
+	}
+}

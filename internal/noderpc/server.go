@@ -62,6 +62,9 @@ type Served struct {
 	// Images serves built images to the other nodes
 	// (internal/imagepeer, cluster.PurposeImages); nil: none.
 	Images http.Handler
+	// Teams says which teams exist: every NodeService call must name
+	// one (teams.go). nil refuses every call.
+	Teams Teams
 }
 
 // Handler is a node's internal address. It dispatches on the purpose a
@@ -72,7 +75,7 @@ type Served struct {
 // serves.
 func Handler(s Served, guard *cluster.Guard) http.Handler {
 	rpc := http.NewServeMux()
-	rpc.Handle(nodev1connect.NewNodeServiceHandler(service{s.Sandboxes}))
+	rpc.Handle(nodeService(s))
 	refuse := func(w http.ResponseWriter, code int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -140,8 +143,20 @@ func bodyStatus(err error) int {
 	return http.StatusBadRequest
 }
 
+// nodeService is NodeService's path and handler: the service on the
+// sandbox manager, behind the check of each call's team.
+func nodeService(s Served) (string, http.Handler) {
+	return nodev1connect.NewNodeServiceHandler(newService(s.Sandboxes), connect.WithInterceptors(teamGuard(s.Teams)))
+}
+
 // service serves NodeService on a sandbox manager.
-type service struct{ m Sandboxes }
+type service struct {
+	m Sandboxes
+	// creates are the recent creates, for AbandonCreate (creates.go).
+	creates *createLog
+}
+
+func newService(m Sandboxes) service { return service{m: m, creates: newCreateLog()} }
 
 var _ nodev1connect.NodeServiceHandler = service{}
 
@@ -170,15 +185,7 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 		}
 		cr.Extra.Network.EgressProxy.Password = r.EgressProxyPassword
 	}
-	rec, err := s.m.Create(ctx, cr)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return reply(&nodev1.CreateSandboxResponse{SandboxId: rec.ID, SandboxJson: string(b)}), nil
+	return s.create(ctx, r.RequestId, cr)
 }
 
 func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {

@@ -32,7 +32,7 @@ func handlerSetup(t *testing.T, sbx Sandboxes) (*httptest.Server, *cluster.Auth)
 	images := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "images "+r.URL.Path+" "+r.Header.Get(ClientAddrHeader))
 	})
-	srv := httptest.NewServer(Handler(Served{Sandboxes: sbx, Traffic: traffic, Platform: platform, Images: images}, auth.Guard("n1")))
+	srv := httptest.NewServer(Handler(Served{Sandboxes: sbx, Teams: fakeTeams{"t1": true}, Traffic: traffic, Platform: platform, Images: images}, auth.Guard("n1")))
 	t.Cleanup(srv.Close)
 	return srv, auth
 }

@@ -64,10 +64,11 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(cfg.ClientAddrHeader, pr.In.RemoteAddr)
 		},
-		Transport:     cfg.Transport,
-		FlushInterval: -1,
-		ErrorHandler:  f.upstreamError,
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		Transport:      cfg.Transport,
+		FlushInterval:  -1,
+		ModifyResponse: closeUnreadOnAnswer,
+		ErrorHandler:   f.upstreamError,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	return f
 }
@@ -102,14 +103,15 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.internal(w, r, id, err)
 		return
 	}
-	_ = http.NewResponseController(w).EnableFullDuplex() // see Proxy.ServeHTTP
 	ctx := cluster.WithTarget(cluster.WithPurpose(r.Context(), cluster.PurposeTraffic), node)
-	f.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, addr)))
+	r = fullDuplex(w, r.WithContext(context.WithValue(ctx, forwardKey{}, addr))) // see Proxy.ServeHTTP
+	f.rp.ServeHTTP(w, r)
 }
 
 // upstreamError answers when the node could not be reached or the
 // exchange broke off.
 func (f *Forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	closeIfUnread(r.Context(), w.Header())
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if r.Context().Err() != nil {
 		return // the client left

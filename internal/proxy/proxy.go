@@ -78,6 +78,9 @@ import (
 var (
 	ErrNotFound      = errors.New("sandbox not found")
 	ErrTransitioning = errors.New("sandbox is changing state")
+	// ErrTeamLimit: a paused sandbox cannot resume on traffic now, its
+	// team runs the most sandboxes it may (429).
+	ErrTeamLimit = errors.New("the sandbox's team is at its sandbox limit")
 )
 
 // Target is where a sandbox's traffic goes.
@@ -180,11 +183,12 @@ func New(cfg Config) *Proxy {
 	p := &Proxy{cfg: cfg, log: reqid.Logger(cfg.Logger), transport: NewTransport(),
 		failures: &ratelimit.Keyed{Rate: authFailureRate, Burst: authFailureBurst, Now: cfg.Now}}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     roundTripper{p},
-		FlushInterval: -1,
-		ErrorHandler:  p.upstreamError,
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		Rewrite:        p.rewrite,
+		Transport:      roundTripper{p},
+		FlushInterval:  -1,
+		ModifyResponse: closeUnreadOnAnswer,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	return p
 }
@@ -266,9 +270,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (a Connect stream answers once it has the first message). Without
 	// full duplex, net/http would then drain the body itself, racing the
 	// transport that is still copying it upstream, which breaks the
-	// upstream connection mid-response.
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+	// upstream connection mid-response (and see duplex.go).
+	r = fullDuplex(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+	p.rp.ServeHTTP(w, r)
 }
 
 // errSandboxEnded is the cause that ends the exchanges of a sandbox being
@@ -299,6 +303,8 @@ func (p *Proxy) resolveError(w http.ResponseWriter, r *http.Request, id string, 
 		writeError(w, http.StatusBadGateway, id, 0, "The sandbox was not found")
 	case errors.Is(err, ErrTransitioning):
 		writeError(w, http.StatusConflict, id, 0, "The sandbox is changing state, retry shortly")
+	case errors.Is(err, ErrTeamLimit):
+		writeError(w, http.StatusTooManyRequests, id, 0, "The sandbox is paused and cannot resume: its team runs the most sandboxes it may at once (--max-sandboxes-per-team); kill or pause one of them, then retry")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client left; nobody reads an answer.
 	default:
@@ -504,6 +510,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // exchange broke off.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	rt := r.Context().Value(routeKey{}).(*route)
+	closeIfUnread(r.Context(), w.Header())
 	if errors.Is(context.Cause(r.Context()), errSandboxEnded) {
 		writeError(w, http.StatusBadGateway, rt.sandboxID, 0, "The sandbox was not found")
 		return

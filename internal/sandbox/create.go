@@ -143,6 +143,9 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrNoCapacity, err)
 		}
 	}
+	if err := m.createSpace(); err != nil {
+		return store.Sandbox{}, err
+	}
 	mounts, err := m.createMounts(ctx, req, resolved.Image)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -375,8 +378,27 @@ func (m *Manager) checkpointSpace(memoryMB int) error {
 		return fmt.Errorf("sandbox: reading the data dir's free space: %w", err)
 	}
 	if free-int64(memoryMB) < m.cfg.DiskReserveMB {
-		return fmt.Errorf("%w: the data dir has %d MB free, too little for a checkpoint of up to %d MB above the %d MB reserve (--disk-reserve-mb); retry later",
-			ErrNoCapacity, free, memoryMB, m.cfg.DiskReserveMB)
+		return fmt.Errorf("%w: %w: the node's data disk has %d MB free, too little for a checkpoint of up to %d MB above the %d MB it keeps in reserve (--disk-reserve-mb); retry later",
+			ErrNoCapacity, ErrDiskFull, free, memoryMB, m.cfg.DiskReserveMB)
+	}
+	return nil
+}
+
+// createSpace refuses a new sandbox when this node's data disk (where its
+// root filesystem's writable layer goes) is below the reserve. The
+// node checks it, not the api: in a cluster the api's disk is another
+// machine's.
+func (m *Manager) createSpace() error {
+	if m.cfg.FreeDiskMB == nil || m.cfg.DiskReserveMB <= 0 {
+		return nil
+	}
+	free, err := m.cfg.FreeDiskMB()
+	if err != nil {
+		return fmt.Errorf("sandbox: reading the data dir's free space: %w", err)
+	}
+	if free < m.cfg.DiskReserveMB {
+		return fmt.Errorf("%w: %w: the node's data disk has %d MB free, less than the %d MB it keeps in reserve (--disk-reserve-mb): nothing new is made until space is freed; retry later",
+			ErrNoCapacity, ErrDiskFull, free, m.cfg.DiskReserveMB)
 	}
 	return nil
 }

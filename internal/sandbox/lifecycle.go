@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/steptrace"
@@ -181,6 +182,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	// Its processes are saved and gone: what the proxy still carries to
 	// it ends now (nothing registers once it is marked paused).
 	m.endTraffic(l)
+	home := inst.Rootfs.Home() // ReleaseSaved lets go of inst.Rootfs
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -188,8 +190,26 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
 		}
 		go m.flush(p) // durable across a power loss; needs no lock
+		go m.recordPausedDisk(l.teamID, l.id, home, checkpoint)
 	}
 	return true, release, nil
+}
+
+// recordPausedDisk records what a paused sandbox's kept files (its root
+// filesystem's dir with its disk image, and its memory checkpoint) take
+// of the node's disk: its team's disk quota counts it while it stays
+// paused.
+func (m *Manager) recordPausedDisk(teamID, id string, dirs ...string) {
+	n, err := hostres.AllocatedBytes(dirs...)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = m.cfg.Store.SetDiskUse(ctx, store.DiskUse{Kind: store.DiskPaused, ObjectID: id, TeamID: teamID,
+			Node: m.cfg.NodeName, Bytes: n, UpdatedAt: time.Now()})
+	}
+	if err != nil {
+		m.log.Warn("recording a paused sandbox's disk use", "sandbox", id, "err", err)
+	}
 }
 
 // ResumeOptions are what a resume may change.
@@ -206,11 +226,14 @@ type ResumeOptions struct {
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
 func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
+	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	rec, resumed, err := m.resume(ctx, l, opts)
+	rec, resumed, err := m.resume(ctx, l, opts, nil)
 	if err == nil && !resumed {
 		err = fmt.Errorf("%w: sandbox %s is already running", ErrConflict, id)
 	}
@@ -221,11 +244,14 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
 func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
+	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+		return store.Sandbox{}, false, err
+	}
 	l, err := m.lookup(teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
-	if rec, resumed, err = m.resume(ctx, l, ResumeOptions{Timeout: timeout, Memory: memory}); err != nil || resumed {
+	if rec, resumed, err = m.resume(ctx, l, ResumeOptions{Timeout: timeout, Memory: memory}, nil); err != nil || resumed {
 		return rec, resumed, err
 	}
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -247,7 +273,10 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 // acts; a failed resume puts the record back (paused, files and checkpoint
 // kept) and returns a *ResumeError. A resume starts a new term: the
 // sandbox expires opts.Timeout from now, whenever its old term ended.
-func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ store.Sandbox, _ bool, err error) {
+// reserveTeam, if set, also takes a place in the team's limit beyond this
+// node (Config.ReserveForTeam) once the sandbox is known to be paused,
+// given back when the resume has ended (by then it runs, and counts).
+func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reserveTeam func(context.Context, string) (func(), error)) (_ store.Sandbox, _ bool, err error) {
 	defer m.observe(OpResume, time.Now(), &err)
 	// The steps' durations go to the debug log (make bench reads them).
 	tr := steptrace.New()
@@ -258,6 +287,13 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions) (_ st
 	paused, err := m.pausedNow(l)
 	if err != nil || !paused {
 		return store.Sandbox{}, false, err
+	}
+	if reserveTeam != nil {
+		release, err := reserveTeam(ctx, l.teamID)
+		if err != nil {
+			return store.Sandbox{}, false, err
+		}
+		defer release()
 	}
 	rec, err := m.cfg.Store.GetSandbox(ctx, l.id)
 	if err != nil {
@@ -480,25 +516,15 @@ func (m *Manager) endTraffic(l *live) {
 // returns one for which it held. The work is bounded by the node's
 // sandboxes (MaxSandboxes).
 func (m *Manager) SignedBy(signed func(envdAccessToken string) bool) (string, error) {
-	type candidate struct{ id, token string }
 	m.mu.Lock()
-	cands := make([]candidate, 0, len(m.live))
+	cands := make([]proxy.SignedCandidate, 0, len(m.live))
 	for id, l := range m.live {
 		if !l.paused || l.autoResume {
-			cands = append(cands, candidate{id, l.envdToken})
+			cands = append(cands, proxy.SignedCandidate{ID: id, EnvdAccessToken: l.envdToken})
 		}
 	}
 	m.mu.Unlock()
-	found := ""
-	for _, c := range cands {
-		if signed(c.token) && found == "" {
-			found = c.id
-		}
-	}
-	if found == "" {
-		return "", proxy.ErrNotFound
-	}
-	return found, nil
+	return proxy.FirstSigned(cands, signed)
 }
 
 // Resume implements proxy.Resolver: it resumes a paused autoResume
@@ -511,9 +537,12 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 	if l == nil || !l.autoResume {
 		return proxy.ErrNotFound
 	}
-	if _, _, err := m.resume(ctx, l, ResumeOptions{Timeout: TrafficResumeTimeout, Memory: true}); err != nil {
-		if errors.Is(err, ErrNotFound) {
+	if _, _, err := m.resume(ctx, l, ResumeOptions{Timeout: TrafficResumeTimeout, Memory: true}, m.cfg.ReserveForTeam); err != nil {
+		switch {
+		case errors.Is(err, ErrNotFound):
 			return proxy.ErrNotFound
+		case errors.Is(err, ErrTeamLimit):
+			return fmt.Errorf("%w: %v", proxy.ErrTeamLimit, err)
 		}
 		return err
 	}
@@ -535,7 +564,7 @@ func (m *Manager) reap() {
 		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
 			continue // paused sandboxes stay until killed, resumed or retired
 		}
-		l, err := m.lookup("", r.ID)
+		l, err := m.lookupAny(r.ID)
 		if err != nil {
 			continue
 		}

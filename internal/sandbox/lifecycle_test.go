@@ -33,7 +33,7 @@ func startRunsc(t *testing.T, st store.Store, cfg Config) *env {
 // default user, and returns its output.
 func run(t *testing.T, m *Manager, rec store.Sandbox, script string) string {
 	t.Helper()
-	l, err := m.lookup("", rec.ID)
+	l, err := m.lookupAny(rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ sleep 0.5; cat /tmp/count`
 // after Pause has answered, holding the sandbox's lock).
 func released(t *testing.T, m *Manager, id string) {
 	t.Helper()
-	l, err := m.lookup("", id)
+	l, err := m.lookupAny(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +141,15 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	paused, _ := e.mgr.Get(ctx, "t1", rec.ID)
 	if paused.State != store.StatePaused || paused.Slot != "" || paused.RootfsDir == "" || paused.Checkpoint == "" {
 		t.Errorf("paused record: state %s slot %q rootfs %q checkpoint %q", paused.State, paused.Slot, paused.RootfsDir, paused.Checkpoint)
+	}
+	// Its kept files count for its team's disk quota (issue 22), measured
+	// once saved.
+	var usage store.TeamDisk
+	if !poll.Within(10*time.Second, 20*time.Millisecond, func() bool {
+		usage, _ = e.store.TeamDiskUsage(ctx, "t1")
+		return usage.Paused > 0
+	}) {
+		t.Errorf("the paused sandbox's disk use was not recorded: %+v", usage)
 	}
 	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, rec.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("its container after the pause: %v", err)
@@ -381,7 +390,7 @@ func TestPausedSandboxesSurviveARestart(t *testing.T) {
 	// midPause: the pause was recorded, then the restart came before
 	// the runtime acted. midResume: the resume was recorded (running,
 	// its files still named), then the restart came.
-	l, _ := e.mgr.lookup("", midPause.ID)
+	l, _ := e.mgr.lookupAny(midPause.ID)
 	inst := e.mgr.instance(l)
 	st.UpdateSandbox(ctx, midPause.ID, func(s *store.Sandbox) error {
 		s.State, s.PausedAt, s.Slot = store.StatePaused, time.Now(), ""
@@ -504,5 +513,50 @@ func TestRuncPausesWithoutMemory(t *testing.T) {
 	}
 	if out := run(t, e.mgr, rec, "cat /home/user/file"); out != "kept\n" {
 		t.Errorf("after resume: %q", out)
+	}
+}
+
+// A real paused sandbox that resumes on traffic, on a node whose team
+// limit is held in the store (a cluster's, Config.ReserveForTeam): while
+// the team's place is taken elsewhere the traffic gets 429 and the
+// sandbox stays paused, holding nothing; once the place is free the same
+// traffic resumes it.
+func TestTrafficResumeWaitsForAPlaceInTheTeamLimit(t *testing.T) {
+	st := newStore(t)
+	asked := 0
+	e := startRunsc(t, st, Config{ReserveForTeam: storeClaims(st, 1, &asked)})
+	defer e.destroy()
+	ctx := context.Background()
+	rec, err := e.create(CreateRequest{Timeout: time.Minute, AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !ok || err != nil {
+		t.Fatalf("pause: %v %v", ok, err)
+	}
+	released(t, e.mgr, rec.ID)
+	now := time.Now()
+	other := store.Sandbox{ID: "on-another-node", TeamID: "t1", TemplateID: "base", State: store.StateRunning, Node: "other", StartedAt: now, EndAt: now.Add(time.Hour)}
+	if err := st.CreateSandbox(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	p := proxy.New(proxy.Config{Domain: "localhost", Resolver: e.mgr})
+	if code, body := trafficTo(p, rec); code != http.StatusTooManyRequests || !strings.Contains(body, `"code":429`) {
+		t.Fatalf("traffic at the team's limit: %d %s", code, body)
+	}
+	if got, _ := st.GetSandbox(ctx, rec.ID); got.State != store.StatePaused || got.Checkpoint == "" {
+		t.Errorf("after the refusal: state %s checkpoint %q", got.State, got.Checkpoint)
+	}
+	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, rec.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("its container after the refusal: %v", err)
+	}
+	if _, err := st.UpdateSandbox(ctx, other.ID, func(s *store.Sandbox) error { s.State = store.StateKilled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := trafficTo(p, rec); code/100 != 2 {
+		t.Fatalf("traffic once the place is free: %d %s", code, body)
+	}
+	if got, _ := st.GetSandbox(ctx, rec.ID); got.State != store.StateRunning || asked != 2 {
+		t.Errorf("after the resume: state %s, the limit asked %d times, want running and 2", got.State, asked)
 	}
 }

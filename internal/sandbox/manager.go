@@ -101,6 +101,10 @@ var (
 	ErrTeamLimit        = errors.New("team sandbox limit reached")
 	ErrConflict         = errors.New("sandbox is changing state")
 	ErrVolumeNotFound   = errors.New("volume not found")
+	// ErrDiskFull: the node's data disk is below its reserve
+	// (--disk-reserve-mb). It comes with ErrNoCapacity (another node
+	// may have room); the API answers it 507.
+	ErrDiskFull = errors.New("disk full")
 	// ErrNodeUnavailable: the node that runs the sandbox (in a cluster)
 	// could not be asked now.
 	ErrNodeUnavailable = errors.New("node unavailable")
@@ -188,6 +192,13 @@ type Config struct {
 	// cordoned or drained by an operator, internal/cluster): its error
 	// makes a create ErrNoCapacity. Resumes are not asked.
 	Admit func(ctx context.Context) error
+	// ReserveForTeam, if set, takes a place in a team's sandbox limit
+	// beyond this node before a resume by proxy traffic, and returns what
+	// gives it back once the resume has ended: a cluster's node claims it
+	// in the shared store (dispatch.Claimer), as the api does for the
+	// resumes, connects, forks and creates it sends. Its ErrTeamLimit
+	// leaves the sandbox paused and the traffic answered 429.
+	ReserveForTeam func(ctx context.Context, teamID string) (release func(), err error)
 	// Observer, if set, is told of every create, pause and resume.
 	Observer Observer
 	Logger   *slog.Logger
@@ -413,11 +424,20 @@ func (m *Manager) forget(ctx context.Context, id string) {
 }
 
 func validateCreate(req CreateRequest) error {
+	if req.TeamID == "" {
+		return fmt.Errorf("%w: the sandbox's team is required", ErrInvalid)
+	}
 	if req.TemplateID == "" {
 		return fmt.Errorf("%w: templateID is required", ErrInvalid)
 	}
-	if req.Timeout < 0 {
-		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	if err := checkTerm("timeout", req.Timeout, MaxTimeout); err != nil {
+		return err
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return err
+	}
+	if err := checkEnvVars(req.EnvVars); err != nil {
+		return err
 	}
 	paths := make([]string, 0, len(req.VolumeMounts))
 	for _, v := range req.VolumeMounts {
@@ -445,6 +465,9 @@ func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []Vol
 		}
 		if err != nil {
 			return nil, err
+		}
+		if v.TeamID != teamID { // never another team's, whoever found it
+			return nil, fmt.Errorf("%w: the team has no volume named %q", ErrVolumeNotFound, vm.Name)
 		}
 		out = append(out, store.VolumeMount{VolumeID: v.ID, Name: v.Name, Path: vm.Path})
 	}
@@ -645,8 +668,12 @@ func (m *Manager) discard(inst *node.Instance) {
 	}
 }
 
-// Get returns a team's sandbox. Killed sandboxes are not found.
+// Get returns a team's sandbox. Killed sandboxes are not found, nor is
+// any for an empty team.
 func (m *Manager) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+	if teamID == "" {
+		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
 	rec, err := m.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -658,21 +685,36 @@ func visible(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused
 }
 
-// List returns a team's sandboxes matching f (whose TeamID it sets).
+// List returns a team's sandboxes matching f (whose TeamID it sets);
+// none for an empty team.
 func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.TeamID = teamID
+	if teamID == "" {
+		return nil, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
 	return m.cfg.Store.ListSandboxes(ctx, f)
 }
 
-// lookup finds a team's live sandbox.
+// lookup finds a team's live sandbox. An empty team matches none: only
+// the manager's own work (the reaper) acts on a sandbox of any team,
+// through lookupAny.
 func (m *Manager) lookup(teamID, id string) (*live, error) {
+	l, err := m.lookupAny(id)
+	if err != nil || teamID == "" || l.teamID != teamID {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return l, nil
+}
+
+// lookupAny finds a live sandbox of any team.
+func (m *Manager) lookupAny(id string) (*live, error) {
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
-	if l == nil || (teamID != "" && l.teamID != teamID) {
+	if l == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return l, nil
@@ -680,14 +722,17 @@ func (m *Manager) lookup(teamID, id string) (*live, error) {
 
 // SetTimeout makes the sandbox expire timeout from now.
 func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
-	if timeout < 0 {
-		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+		return err
 	}
 	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return time.Now().Add(timeout) })
 }
 
 // Refresh makes the sandbox live at least d longer from now.
 func (m *Manager) Refresh(ctx context.Context, teamID, id string, d time.Duration) error {
+	if err := checkTerm("duration", d, MaxRefresh); err != nil {
+		return err
+	}
 	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return later(end, time.Now().Add(d)) })
 }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -168,7 +169,11 @@ func (e *env) destroy() {
 	}
 	e.mgr.mu.Unlock()
 	for _, id := range ids {
-		if err := e.mgr.Kill(ctx, "", id); err != nil {
+		l, err := e.mgr.lookupAny(id)
+		if err == nil {
+			err = e.mgr.kill(ctx, l)
+		}
+		if err != nil {
 			e.t.Errorf("kill %s: %v", id, err)
 		}
 	}
@@ -203,7 +208,7 @@ func (e *env) waitWarm(n int) {
 
 // envdEnv asks envd for its default environment, with the sandbox's token.
 func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
-	l, err := m.lookup("", rec.ID)
+	l, err := m.lookupAny(rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,5 +491,20 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", rec.ID)); !os.IsNotExist(err) {
 		t.Errorf("its root filesystem is left: %v", err)
+	}
+}
+
+// A node refuses a create when its own data disk is below its reserve
+// (in a cluster the api cannot know; it forwards the refusal as 507).
+func TestCreateRefusedBelowTheNodesReserve(t *testing.T) {
+	st := newStore(t)
+	e := start(t, st, Config{DiskReserveMB: 2048, FreeDiskMB: func() (int64, error) { return 100, nil }})
+	defer e.destroy()
+	rec, err := e.create(CreateRequest{})
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "100 MB free") {
+		t.Fatalf("a create with 100 MB free above a 2048 MB reserve: %v (made %s)", err, rec.ID)
+	}
+	if l, _ := st.ListSandboxes(context.Background(), store.SandboxFilter{TeamID: "t1"}); len(l) != 0 {
+		t.Errorf("a refused create left %d records", len(l))
 	}
 }

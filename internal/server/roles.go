@@ -16,7 +16,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/dispatch"
-	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -118,9 +117,8 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	if err != nil {
 		return err
 	}
-	freeMB := func() (int64, error) { return hostres.FreeMB(cfg.DataDir) }
 	// Team volumes: the same --volume-root as the nodes', on storage they
-	// share (README's Cluster section).
+	// share (docs/cluster.md).
 	vols, err := openVolumes(cfg, st, log)
 	if err != nil {
 		return err
@@ -128,7 +126,10 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	// Templates are served by nodes (disp.Platform forwards their routes).
 	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
 		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, ClientID: "api", Logger: log,
-		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		// Sandboxes are made on nodes, which check their own disks; what
+		// the api fills itself is the volume root (shared storage).
+		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
+		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 	})), api.Timeouts{})
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
@@ -243,4 +244,17 @@ func printCredentials(out io.Writer, creds *auth.Credentials) {
 		fmt.Fprintf(out, "First start: created an API key and an access token. They are shown only now, and kept in %s (mode 0600).\n", creds.File)
 		fmt.Fprintf(out, "  API key:      %s\n  access token: %s\n", creds.APIKey, creds.AccessToken)
 	}
+}
+
+// reserveForTeam is a node's claim of a place in a team's limit for a
+// resume by proxy traffic (sandbox.Config.ReserveForTeam): in the shared
+// store, against its --max-sandboxes-per-team, as the api processes claim
+// for what they send (so give nodes and apis the same limit). None but in
+// a cluster's node, or without a limit: a single server's own count is
+// the team's whole count.
+func reserveForTeam(cfg Config, st store.ClaimStore, log *slog.Logger) func(context.Context, string) (func(), error) {
+	if cfg.Role != RoleNode || cfg.MaxPerTeam <= 0 {
+		return nil
+	}
+	return dispatch.Claimer(st, cfg.MaxPerTeam, nil, log)
 }

@@ -84,6 +84,9 @@ type Config struct {
 	// sizes new ones (0: no quota); MaxVolumesPerTeam bounds a team's.
 	VolumeRoot                       string
 	VolumeQuotaMB, MaxVolumesPerTeam int
+	// TeamDiskQuotaMB bounds a team's volumes, paused sandboxes,
+	// templates and snapshots on the nodes' disks (api.Config); 0: none.
+	TeamDiskQuotaMB int64
 	// MetricsAddr is where Prometheus metrics are served (/metrics), on
 	// a listener of their own; empty: not served.
 	MetricsAddr string
@@ -253,7 +256,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB,
 		CPUOvercommit: cfg.CPUOvercommit, MemoryOvercommit: cfg.MemoryOvercommit, PausedRetention: cfg.PausedRetention,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
-		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit,
+		Sealer: sealer, CheckEgressProxy: eg.checkUpstream, Audit: eg.audit, ReserveForTeam: reserveForTeam(cfg, st, log),
 		Observer: met, Admit: func(ctx context.Context) error {
 			if member == nil { // not yet joined: nothing is served yet
 				return nil
@@ -317,8 +320,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 		})
-		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
+		internal := noderpc.Handler(noderpc.Served{Sandboxes: mgr, Teams: &noderpc.StoreTeams{Store: st},
+			Traffic: proxyHandler, Platform: platform, Images: imagepeer.Handler(images)}, cl.auth.Guard(cfg.NodeName))
 		srvs := []served{{proxy.NewHTTPServer(internal), nodeLn, false}}
 		if ls.metrics != nil {
 			srvs = append(srvs, served{met.NewHTTPServer(), ls.metrics, false})
@@ -329,7 +334,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
 		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
-		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
+		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
+		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 	}), api.Timeouts{})
 	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
 	if err != nil {
@@ -470,18 +476,48 @@ func tlsAddrs(lns []net.Listener) string {
 	return strings.Join(s, ",")
 }
 
-// openVolumes opens the team volumes under --volume-root (default
-// DATA/volumes).
-func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager, error) {
+// volumeRoot is --volume-root (default DATA/volumes), absolute.
+func volumeRoot(cfg Config) (string, error) {
 	root := cfg.VolumeRoot
 	if root == "" {
 		root = filepath.Join(cfg.DataDir, "volumes")
 	}
-	root, err := filepath.Abs(root)
+	return filepath.Abs(root)
+}
+
+// volumeFreeMB reads the free space of the volume root's file system
+// (its parent's until it is made).
+func volumeFreeMB(cfg Config) func() (int64, error) {
+	return func() (int64, error) {
+		root, err := volumeRoot(cfg)
+		if err != nil {
+			return 0, err
+		}
+		return hostres.FreeMB(root)
+	}
+}
+
+// openVolumes opens the team volumes under --volume-root (default
+// DATA/volumes).
+func openVolumes(cfg Config, st store.Store, log *slog.Logger) (*volume.Manager, error) {
+	root, err := volumeRoot(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return volume.Open(volume.Config{Root: root, QuotaMB: cfg.VolumeQuotaMB, MaxPerTeam: cfg.MaxVolumesPerTeam, Store: st, Logger: log})
+	// A volume's image takes its whole size of the volume root's disk
+	// when it is made: only if that leaves the reserve.
+	reserve := func(needMB int64) error {
+		free, err := hostres.FreeMB(root)
+		if err != nil {
+			return err
+		}
+		if free-needMB < cfg.DiskReserveMB {
+			return fmt.Errorf("%w: the volume root's disk has %d MB free, too little for a volume of %d MB above the %d MB it keeps in reserve (--disk-reserve-mb)",
+				volume.ErrNoSpace, free, needMB, cfg.DiskReserveMB)
+		}
+		return nil
+	}
+	return volume.Open(volume.Config{Root: root, QuotaMB: cfg.VolumeQuotaMB, MaxPerTeam: cfg.MaxVolumesPerTeam, Reserve: reserve, Store: st, Logger: log})
 }
 
 // openImages opens the image store, whose pulls stop at the disk reserve,

@@ -455,7 +455,12 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
 	var where []string
 	var args []any
-	if f.TeamID != "" {
+	switch {
+	case f.AllTeams && f.TeamID != "":
+		return nil, errors.New("store: a sandbox filter of one team and all teams")
+	case !f.AllTeams && f.TeamID == "":
+		return nil, nil // an empty team matches nothing
+	case !f.AllTeams:
 		where = append(where, "team_id = ?")
 		args = append(args, f.TeamID)
 	}

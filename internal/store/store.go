@@ -151,7 +151,13 @@ type Sandbox struct {
 
 // SandboxFilter selects sandboxes for ListSandboxes.
 type SandboxFilter struct {
+	// TeamID keeps only the team's sandboxes. An empty TeamID matches
+	// none, unless AllTeams is set.
 	TeamID string
+	// AllTeams lists every team's sandboxes (TeamID must then be empty):
+	// for the server's own work over all of them (a node adopting its
+	// sandboxes, the api's placement counts), never for a team's request.
+	AllTeams bool
 	// States, if set, keeps only sandboxes in one of them.
 	States []SandboxState
 	// Metadata keeps only sandboxes whose metadata has every pair.
@@ -206,6 +212,7 @@ type Store interface {
 	NodeStore
 	ClaimStore
 	RouteStore
+	DiskUsageStore
 
 	Close() error
 }

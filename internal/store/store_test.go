@@ -290,9 +290,44 @@ func TestListSandboxesFiltersAndPages(t *testing.T) {
 		}
 		s.UpdateSandbox(ctx, "sb03", func(sb *Sandbox) error { sb.TemplateID = "other-tmpl"; sb.Node = "n2"; return nil })
 		byTemplate, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", TemplateID: "other-tmpl"})
-		byNode, _ := s.ListSandboxes(ctx, SandboxFilter{Node: "n2"})
+		byNode, _ := s.ListSandboxes(ctx, SandboxFilter{AllTeams: true, Node: "n2"})
 		if fmt.Sprint(ids(byTemplate), ids(byNode)) != "[sb03] [sb03]" {
 			t.Errorf("template filter: %v, node filter: %v", ids(byTemplate), ids(byNode))
+		}
+	})
+}
+
+// An empty team matches no sandbox, whatever else the filter says; every
+// team's are listed only when the filter says so.
+func TestListSandboxesEmptyTeamMatchesNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		for _, team := range []string{"team1", "team2"} {
+			s.CreateTeam(ctx, Team{ID: team, Name: team, CreatedAt: t0})
+			sb := sandbox("sb-"+team, t0, map[string]string{"k": "v"})
+			sb.TeamID, sb.Node = team, "n1"
+			if err := s.CreateSandbox(ctx, sb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, f := range map[string]SandboxFilter{
+			"nothing":  {},
+			"a node":   {Node: "n1"},
+			"states":   {States: []SandboxState{StateRunning, StatePaused}},
+			"metadata": {Metadata: map[string]string{"k": "v"}},
+			"a limit":  {Limit: 10},
+		} {
+			got, err := s.ListSandboxes(ctx, f)
+			if err != nil || len(got) != 0 {
+				t.Errorf("no team, %s: %v %v; want none", name, ids(got), err)
+			}
+			f.AllTeams = true
+			if got, err := s.ListSandboxes(ctx, f); err != nil || fmt.Sprint(ids(got)) != "[sb-team1 sb-team2]" {
+				t.Errorf("all teams, %s: %v %v", name, ids(got), err)
+			}
+		}
+		if got, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", AllTeams: true}); err == nil {
+			t.Errorf("one team and all teams: %v, want an error", ids(got))
 		}
 	})
 }

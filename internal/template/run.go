@@ -158,6 +158,7 @@ func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template
 				}
 			}
 			b.pruneUploads(bg, t.ID, *rec.Spec)
+			b.recordDisk(store.DiskTemplate, t, bd.ID)
 		}
 	}
 

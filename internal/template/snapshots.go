@@ -176,6 +176,7 @@ func (b *Builder) recordSnapshot(ctx context.Context, teamID, createdBy, alias, 
 	if err := b.cfg.Store.SetTag(ctx, store.Tag{TemplateID: t.ID, Tag: tag, BuildID: buildID, CreatedAt: now}); err != nil {
 		return SnapshotRef{}, err
 	}
+	b.recordDisk(store.DiskSnapshot, t, buildID)
 	return snapshotRef(t, tag), nil
 }
 

@@ -17,9 +17,15 @@ import (
 // that templates formatted the old way are not reused.
 const diskFormat = "v1"
 
-// makeDisk puts a fresh ext4 image of sizeMB at dir/disk.img and mounts
-// it at dir/fs.
+// makeDisk puts a fresh ext4 image of sizeMB at dir/disk.img, all its
+// blocks allocated on the host (preallocate), and mounts it at dir/fs.
+// The node's reserve is asked first (Config.Reserve).
 func (m *Manager) makeDisk(ctx context.Context, dir string, sizeMB int) error {
+	if m.cfg.Reserve != nil {
+		if err := m.cfg.Reserve(int64(sizeMB)); err != nil {
+			return err
+		}
+	}
 	tmpl, err := m.diskTemplate(ctx, sizeMB)
 	if err != nil {
 		return err
@@ -28,11 +34,54 @@ func (m *Manager) makeDisk(ctx context.Context, dir string, sizeMB int) error {
 	if err != nil {
 		return fmt.Errorf("volume: copying the disk image: %w", err)
 	}
+	err = preallocate(f)
 	f.Close()
+	if err != nil {
+		return err
+	}
 	if err := os.Mkdir(filepath.Join(dir, "fs"), 0o700); err != nil {
 		return fmt.Errorf("volume: %w", err)
 	}
-	return mountDisk(dir)
+	return m.mountDisk(dir)
+}
+
+// preallocate gives the image f every block of its size on the host
+// (unwritten extents: nothing is written, and what reads as zeros still
+// does), so that writes into the volume never take more of the host's
+// disk: a volume fills with ENOSPC inside its own file system, never
+// with write errors from a host disk that filled first. Blocks already
+// allocated are kept; a host disk without room fails with ErrNoSpace.
+func preallocate(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, fi.Size())
+	if errors.Is(err, unix.ENOSPC) {
+		return fmt.Errorf("%w: the node's disk has no room for a volume of %d MB", ErrNoSpace, fi.Size()>>20)
+	}
+	if err != nil {
+		return fmt.Errorf("volume: allocating the disk image: %w", err)
+	}
+	return nil
+}
+
+// unallocatedMB is how much of the image f has no blocks on the host.
+func unallocatedMB(f *os.File) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, err
+	}
+	return max(0, st.Size-st.Blocks*512) >> 20, nil
+}
+
+// refuseDiscard makes the loop device loop refuse discards (FITRIM):
+// fstrim (Debian's weekly fstrim.timer trims every mounted file system)
+// would otherwise punch the free blocks of the volume's file system out
+// of its image, giving back the host blocks preallocate took.
+func refuseDiscard(loop string) error {
+	p := filepath.Join("/sys/block", filepath.Base(loop), "queue", "discard_max_bytes")
+	return os.WriteFile(p, []byte("0"), 0)
 }
 
 // diskOptions make a volume's file system. Unlike a sandbox's disk it
@@ -98,8 +147,11 @@ func allZero(b []byte) bool {
 }
 
 // mountDisk mounts dir/disk.img at dir/fs unless a file system is
-// mounted there already (a previous run's, or another request's).
-func mountDisk(dir string) error {
+// mounted there already (a previous run's, or another request's). An
+// image that is not wholly allocated (made by a version that kept images
+// sparse, or trimmed) is allocated first if the node's reserve allows; if
+// not, it is mounted as it is, and the warning says so.
+func (m *Manager) mountDisk(dir string) error {
 	fs := filepath.Join(dir, "fs")
 	if mounted, err := isMountPoint(fs); err != nil || mounted {
 		return err
@@ -109,11 +161,25 @@ func mountDisk(dir string) error {
 		return fmt.Errorf("volume: %w", err)
 	}
 	defer f.Close()
+	if missing, err := unallocatedMB(f); err == nil && missing > 0 {
+		if m.cfg.Reserve != nil {
+			err = m.cfg.Reserve(missing)
+		}
+		if err == nil {
+			err = preallocate(f)
+		}
+		if err != nil {
+			m.log.Warn("a volume's image is mounted without all its blocks: writes into it may fail with I/O errors if the node's disk fills first", "dir", dir, "unallocated_mb", missing, "err", err)
+		}
+	}
 	loop, err := rootfs.AttachLoop(f)
 	if err != nil {
 		return fmt.Errorf("volume: %w", err)
 	}
 	defer loop.Close()
+	if err := refuseDiscard(loop.Name()); err != nil {
+		m.log.Warn("a volume's loop device still takes discards: fstrim may give its free blocks back to the host", "dir", dir, "err", err)
+	}
 	// nosuid, nodev: the host never runs nor opens a device in a tenant's
 	// tree (the sandboxes' bind mounts say the same for them).
 	// noinit_itable: the kernel would otherwise zero the unused inode

@@ -6,8 +6,9 @@
 // (--volume-root, default DATA/volumes, 0700):
 //
 //	<root>/<id>/data          a volume without a quota: a plain directory
-//	<root>/<id>/disk.img      a volume with a quota: a sparse ext4 image of
-//	<root>/<id>/fs/           that size, mounted here through a loop device
+//	<root>/<id>/disk.img      a volume with a quota: an ext4 image of that
+//	<root>/<id>/fs/           size, its blocks allocated on the host but
+//	                          unwritten, mounted here through a loop device
 //	<root>/<id>/fs/data       (nosuid, nodev), and its tree
 //	<root>/.disks/            a formatted empty image of each size in use,
 //	                          copied per volume
@@ -24,7 +25,14 @@
 // kernel has no CONFIG_QUOTA (neither ext4 nor XFS project quotas mount),
 // and the host's root is plain ext4. A file system of its own per volume
 // does all of that, as it does for sandbox disks (internal/rootfs, whose
-// loop and sparse-copy code this reuses). docs/design/volumes.md has the
+// loop and sparse-copy code this reuses). The image's blocks are all
+// allocated when it is made (fallocate: nothing is written), after the
+// node's reserve was asked for them: a writer fills the volume's own file
+// system (ENOSPC) and never takes more of the host's disk, so no volume
+// write reaches the node's reserve, and a host disk that fills never
+// turns into write errors inside a volume. The loop device refuses
+// discards, so fstrim does not give the blocks back.
+// docs/design/volumes.md has the
 // measurements, and the multi-node set-up: a shared --volume-root (NFS)
 // holds plain directories only (--volume-quota 0), limited by the file
 // server.
@@ -93,8 +101,13 @@ type Config struct {
 	QuotaMB int
 	// MaxPerTeam bounds a team's volumes; 0: no limit.
 	MaxPerTeam int
-	Store      store.VolumeStore
-	Logger     *slog.Logger
+	// Reserve, if set, is asked before needMB of the host's disk is
+	// taken for a volume's image (at create, and at mount for an image
+	// not yet wholly allocated); its error, wrapping ErrNoSpace, refuses.
+	// The node's disk reserve (--disk-reserve-mb).
+	Reserve func(needMB int64) error
+	Store   store.VolumeStore
+	Logger  *slog.Logger
 }
 
 // Manager creates, finds, mounts and deletes volumes. Its methods are
@@ -383,7 +396,7 @@ func (m *Manager) ready(v store.Volume) (string, error) {
 		lock := m.mountLock(v.ID)
 		lock.Lock()
 		defer lock.Unlock()
-		if err := mountDisk(dir); err != nil {
+		if err := m.mountDisk(dir); err != nil {
 			return "", err
 		}
 	}

@@ -3,12 +3,14 @@ package volume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -174,8 +176,8 @@ func TestQuotaVolume(t *testing.T) {
 	if size := int64(sfs.Blocks) * sfs.Bsize >> 20; size < 50 || size > 64 {
 		t.Errorf("the volume's file system has %d MB, want about 64", size)
 	}
-	if img, _ := os.Stat(filepath.Join(root, v.ID, "disk.img")); img == nil || diskUsage(t, filepath.Join(root, v.ID, "disk.img")) > 8<<20 {
-		t.Errorf("a new 64 MB volume takes more than 8 MB of the host")
+	if img, _ := os.Stat(filepath.Join(root, v.ID, "disk.img")); img == nil || diskUsage(t, filepath.Join(root, v.ID, "disk.img")) > 72<<20 {
+		t.Errorf("a new 64 MB volume takes more than 72 MB of the host")
 	}
 	// A sparse file's apparent size is free; real data stops at the quota.
 	os.WriteFile(filepath.Join(dir, "sparse"), nil, 0o644)
@@ -312,3 +314,92 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 func unixTime(minutes int) time.Time { return time.Now().Add(time.Duration(minutes) * time.Minute) }
 
 func nowMS() float64 { return float64(time.Now().UnixNano()) / 1e6 }
+
+// A volume's image holds all its blocks on the host from its create on:
+// a writer inside it fills its own file system (ENOSPC) and the host's
+// disk does not lose a block more, whatever is written or trimmed.
+func TestVolumeImageHoldsItsBlocks(t *testing.T) {
+	ctx := context.Background()
+	m, _, root := newManager(t, 64)
+	v, err := m.Create(ctx, "team1", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := m.HostDir(ctx, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(root, v.ID, "disk.img")
+	held := diskUsage(t, img)
+	if held < 64<<20 {
+		t.Fatalf("a new 64 MB volume holds %d bytes of the host: writes into it would take the rest from the node's disk", held)
+	}
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var werr error
+	for i := 0; i < 100 && werr == nil; i++ {
+		_, werr = f.Write(buf)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	f.Close()
+	if !errors.Is(werr, unix.ENOSPC) {
+		t.Errorf("writing 100 MB into a 64 MB volume: %v, want ENOSPC", werr)
+	}
+	unix.Sync()
+	if now := diskUsage(t, img); now != held {
+		t.Errorf("the volume's writes took %d bytes more of the host", now-held)
+	}
+	// fstrim (the host's weekly timer) gives nothing back either.
+	os.Remove(filepath.Join(dir, "fill"))
+	unix.Sync()
+	fs, err := os.Open(filepath.Join(root, v.ID, "fs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	r := struct{ start, len, minlen uint64 }{0, ^uint64(0), 0}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, fs.Fd(), fitrim, uintptr(unsafe.Pointer(&r)))
+	if errno == 0 {
+		if now := diskUsage(t, img); now < held {
+			t.Errorf("fstrim gave %d bytes of the volume back to the host", held-now)
+		}
+	}
+}
+
+// A volume whose image the node's reserve cannot hold is refused, and
+// leaves nothing.
+func TestCreateAsksTheReserve(t *testing.T) {
+	ctx := context.Background()
+	m, st, root := newManager(t, 64)
+	var asked int64
+	m.cfg.Reserve = func(needMB int64) error {
+		asked = needMB
+		return fmt.Errorf("%w: the node's disk has 10 MB free above its reserve", ErrNoSpace)
+	}
+	if _, err := m.Create(ctx, "team1", "q"); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("create beyond the reserve: %v", err)
+	}
+	if asked != 64 {
+		t.Errorf("the reserve was asked for %d MB, want 64", asked)
+	}
+	if l, _ := st.ListVolumes(ctx, "team1"); len(l) != 0 {
+		t.Errorf("recorded %+v", l)
+	}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if e.Name() != disksDir {
+			t.Errorf("left %s in the volume root", e.Name())
+		}
+	}
+}
+
+// fitrim is FITRIM, _IOWR('X', 121, struct fstrim_range).
+const fitrim = 0xc0185879

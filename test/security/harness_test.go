@@ -6,12 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/test/security/internal/seckit"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,7 +34,7 @@ const (
 	// the suite server's (a server refuses a range overlapping a live one's).
 	runcPrefix, runcCIDR, runcRunDir, runcCgroupParent = "wsecr", "10.128.255.0/24", "/run/warren-sec-runc", "/warren-sec-runc"
 	// installed is where `warren setup` put runsc and the base template.
-	installed = "/var/lib/warren"
+	installed = seckit.Installed
 	// dataFSMB is the size of the loop-mounted file system of the data
 	// dir: room for a few builds, small enough to fill cheaply.
 	dataFSMB = 10240
@@ -238,19 +237,6 @@ type server struct {
 	egressPort int
 	// metricsAddr is --metrics-addr, when the build has it (issue 17).
 	metricsAddr string
-}
-
-// serveFlags lists the flags `warren serve` has, from its -h output.
-func serveFlags(warren string) (map[string]bool, error) {
-	out, _ := exec.Command(warren, "serve", "-h").CombinedOutput()
-	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
-		flags[m[1]] = true
-	}
-	if !flags["data-dir"] {
-		return nil, fmt.Errorf("cannot read the flags of `warren serve -h`:\n%s", out)
-	}
-	return flags, nil
 }
 
 // runtime is the server's --runtime.
@@ -461,73 +447,6 @@ func (v *server) credentials() (map[string]string, error) {
 	return out, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// newDataDir makes a data dir on a loop-mounted ext4 file system of
-// sizeMB (0: a plain directory) that shares the installed runsc and base layers (read-only use)
-// but has its own store, credentials, sandboxes and templates, as
-// test/e2e's newDataDir does. The file system's root is left 0755, as
-// mkfs makes it: the server is to make it 0700.
-func newDataDir(sizeMB int) (string, error) {
-	dir, err := os.MkdirTemp("", "warren-sec-data-")
-	if err != nil {
-		return "", err
-	}
-	if sizeMB == 0 {
-		return dir, populateDataDir(dir)
-	}
-	img := dir + ".img"
-	f, err := os.Create(img)
-	if err != nil {
-		return "", err
-	}
-	err = f.Truncate(int64(sizeMB) << 20)
-	f.Close()
-	if err != nil {
-		return "", err
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,nodiscard", img).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mkfs.ext4: %v: %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mount %s: %v: %s", img, err, out)
-	}
-	os.Remove(filepath.Join(dir, "lost+found"))
-	return dir, populateDataDir(dir)
-}
-
-// populateDataDir gives a data dir the installed runsc and base template.
-func populateDataDir(dir string) error {
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	for _, d := range []string{"bin", "layers", "templates"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.Symlink(filepath.Join(installed, "bin", "runsc"), filepath.Join(dir, "bin", "runsc")); err != nil {
-		return err
-	}
-	base, err := os.ReadFile(filepath.Join(installed, "templates", "base.json"))
-	if err != nil {
-		return err
-	}
-	for _, l := range regexp.MustCompile(`"(base-[A-Za-z0-9_.-]+)"`).FindAllStringSubmatch(string(base), -1) {
-		if err := os.Symlink(filepath.Join(installed, "layers", l[1]), filepath.Join(dir, "layers", l[1])); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "templates", "base.json"), base, 0o644)
-}
-
 // removeDataDir unmounts the data dir's file system and removes it.
 func (v *server) removeDataDir() error {
 	if v.dataDir == "" {
@@ -601,22 +520,6 @@ func (v *server) removeRules() error {
 	return c.Flush()
 }
 
-// mountsBelow lists mount points that start with prefix.
-func mountsBelow(prefix string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return []string{err.Error()}
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], prefix) {
-			out = append(out, f[4])
-		}
-	}
-	return out
-}
-
 // mountOptions returns the per-mount options of every mount point below
 // prefix.
 func mountOptions(prefix string) map[string]string {
@@ -631,59 +534,18 @@ func mountOptions(prefix string) map[string]string {
 	return out
 }
 
-// netnsWithPrefix lists the pinned network namespaces named prefix….
-func netnsWithPrefix(prefix string) []string { return namesWithPrefix("/var/run/netns", prefix) }
-
-// linksWithPrefix lists the network interfaces named prefix….
-func linksWithPrefix(prefix string) []string { return namesWithPrefix("/sys/class/net", prefix) }
-
-// namesWithPrefix lists the entries of dir whose names begin with prefix.
-func namesWithPrefix(dir, prefix string) []string {
-	ents, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-// cgroupsBelow lists the cgroups (v2) below parent.
-func cgroupsBelow(parent string) []string {
-	ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", parent))
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-// processesMatching lists the PIDs and commands whose command line holds s.
-func processesMatching(s string) []string {
-	ents, _ := os.ReadDir("/proc")
-	var out []string
-	self := strconv.Itoa(os.Getpid())
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == self {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-		if strings.Contains(cmd, s) {
-			if len(cmd) > 120 {
-				cmd = cmd[:120] + "…"
-			}
-			out = append(out, e.Name()+": "+cmd)
-		}
-	}
-	return out
-}
+// What the suites share (internal/seckit).
+var (
+	serveFlags        = seckit.ServeFlags
+	freePort          = seckit.FreePort
+	newDataDir        = seckit.NewDataDir
+	populateDataDir   = seckit.PopulateDataDir
+	mountsBelow       = seckit.MountsBelow
+	netnsWithPrefix   = seckit.NetnsWithPrefix
+	linksWithPrefix   = seckit.LinksWithPrefix
+	cgroupsBelow      = seckit.CgroupsBelow
+	processesMatching = seckit.ProcessesMatching
+)
 
 // canaries are host files planted as attack targets, with the contents
 // they must keep.

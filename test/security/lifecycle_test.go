@@ -116,10 +116,27 @@ func TestSnapshotOfAnotherTeam(t *testing.T) {
 		t.Errorf("team B lists team A's snapshot: %s", r)
 	}
 	other := mustCreate(t, S.teamB, createOpts{})
-	callOK(t, S.teamB, "POST", "/sandboxes/"+other.ID+"/snapshots", map[string]any{"name": "sec-snap-a"}, http.StatusConflict)
 	callOK(t, S.teamB, "DELETE", "/templates/"+snap.SnapshotID, nil, http.StatusNotFound)
+	// Names are per team: B may give its own snapshot the same name (a
+	// 409 would tell B that another team has it), and that takes nothing
+	// of A's.
+	rb := callOK(t, S.teamB, "POST", "/sandboxes/"+other.ID+"/snapshots", map[string]any{"name": "sec-snap-a"}, http.StatusCreated)
+	var own struct{ SnapshotID string }
+	if err := rb.decode(&own); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		S.srv.call(ctx, S.teamB, "DELETE", "/templates/"+own.SnapshotID, nil)
+	})
 	if r := callOK(t, S.teamA, "GET", "/snapshots?name=sec-snap-a", nil, http.StatusOK); !strings.Contains(string(r.Body), snap.SnapshotID) {
 		t.Errorf("team A's snapshot is gone after team B's calls: %s", r)
+	}
+	if sb := mustCreate(t, S.teamA, createOpts{Template: "sec-snap-a"}); sb.ID == "" {
+		t.Error("team A cannot start its snapshot by name after team B named one alike")
+	} else {
+		killSandbox(t, sb)
 	}
 }
 

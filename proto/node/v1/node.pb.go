@@ -102,8 +102,12 @@ type CreateSandboxRequest struct {
 	// egress_proxy_password is the network object's upstream proxy
 	// password, which its JSON never holds.
 	EgressProxyPassword string `protobuf:"bytes,13,opt,name=egress_proxy_password,json=egressProxyPassword,proto3" json:"egress_proxy_password,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// request_id names this create for AbandonCreate: random, new for each
+	// attempt (up to 64 letters, digits, '-' and '_'). Empty: it cannot
+	// be abandoned.
+	RequestId     string `protobuf:"bytes,14,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSandboxRequest) Reset() {
@@ -227,6 +231,101 @@ func (x *CreateSandboxRequest) GetEgressProxyPassword() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type AbandonCreateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonCreateRequest) Reset() {
+	*x = AbandonCreateRequest{}
+	mi := &file_node_v1_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonCreateRequest) ProtoMessage() {}
+
+func (x *AbandonCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_v1_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonCreateRequest.ProtoReflect.Descriptor instead.
+func (*AbandonCreateRequest) Descriptor() ([]byte, []int) {
+	return file_node_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AbandonCreateRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *AbandonCreateRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type AbandonCreateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonCreateResponse) Reset() {
+	*x = AbandonCreateResponse{}
+	mi := &file_node_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonCreateResponse) ProtoMessage() {}
+
+func (x *AbandonCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonCreateResponse.ProtoReflect.Descriptor instead.
+func (*AbandonCreateResponse) Descriptor() ([]byte, []int) {
+	return file_node_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
 type CreateSandboxResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
@@ -239,7 +338,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[2]
+	mi := &file_node_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +350,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[2]
+	mi := &file_node_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +363,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateSandboxResponse) GetSandboxId() string {
@@ -291,7 +390,7 @@ type KillSandboxRequest struct {
 
 func (x *KillSandboxRequest) Reset() {
 	*x = KillSandboxRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[3]
+	mi := &file_node_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +402,7 @@ func (x *KillSandboxRequest) String() string {
 func (*KillSandboxRequest) ProtoMessage() {}
 
 func (x *KillSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[3]
+	mi := &file_node_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +415,7 @@ func (x *KillSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillSandboxRequest.ProtoReflect.Descriptor instead.
 func (*KillSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KillSandboxRequest) GetTeamId() string {
@@ -341,7 +440,7 @@ type KillSandboxResponse struct {
 
 func (x *KillSandboxResponse) Reset() {
 	*x = KillSandboxResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[4]
+	mi := &file_node_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +452,7 @@ func (x *KillSandboxResponse) String() string {
 func (*KillSandboxResponse) ProtoMessage() {}
 
 func (x *KillSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[4]
+	mi := &file_node_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +465,7 @@ func (x *KillSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillSandboxResponse.ProtoReflect.Descriptor instead.
 func (*KillSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 type SetTimeoutRequest struct {
@@ -380,7 +479,7 @@ type SetTimeoutRequest struct {
 
 func (x *SetTimeoutRequest) Reset() {
 	*x = SetTimeoutRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[5]
+	mi := &file_node_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +491,7 @@ func (x *SetTimeoutRequest) String() string {
 func (*SetTimeoutRequest) ProtoMessage() {}
 
 func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[5]
+	mi := &file_node_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +504,7 @@ func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetTimeoutRequest) GetTeamId() string {
@@ -437,7 +536,7 @@ type SetTimeoutResponse struct {
 
 func (x *SetTimeoutResponse) Reset() {
 	*x = SetTimeoutResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[6]
+	mi := &file_node_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +548,7 @@ func (x *SetTimeoutResponse) String() string {
 func (*SetTimeoutResponse) ProtoMessage() {}
 
 func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[6]
+	mi := &file_node_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +561,7 @@ func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 type RefreshRequest struct {
@@ -476,7 +575,7 @@ type RefreshRequest struct {
 
 func (x *RefreshRequest) Reset() {
 	*x = RefreshRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[7]
+	mi := &file_node_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +587,7 @@ func (x *RefreshRequest) String() string {
 func (*RefreshRequest) ProtoMessage() {}
 
 func (x *RefreshRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[7]
+	mi := &file_node_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +600,7 @@ func (x *RefreshRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshRequest.ProtoReflect.Descriptor instead.
 func (*RefreshRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RefreshRequest) GetTeamId() string {
@@ -533,7 +632,7 @@ type RefreshResponse struct {
 
 func (x *RefreshResponse) Reset() {
 	*x = RefreshResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[8]
+	mi := &file_node_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +644,7 @@ func (x *RefreshResponse) String() string {
 func (*RefreshResponse) ProtoMessage() {}
 
 func (x *RefreshResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[8]
+	mi := &file_node_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +657,7 @@ func (x *RefreshResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshResponse.ProtoReflect.Descriptor instead.
 func (*RefreshResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 type ConnectRequest struct {
@@ -573,7 +672,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[9]
+	mi := &file_node_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +684,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[9]
+	mi := &file_node_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +697,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConnectRequest) GetTeamId() string {
@@ -639,7 +738,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[10]
+	mi := &file_node_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +750,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[10]
+	mi := &file_node_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +763,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConnectResponse) GetResumed() bool {
@@ -692,7 +791,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[11]
+	mi := &file_node_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +803,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[11]
+	mi := &file_node_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +816,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseRequest) GetTeamId() string {
@@ -750,7 +849,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[12]
+	mi := &file_node_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +861,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[12]
+	mi := &file_node_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +874,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PauseResponse) GetPaused() bool {
@@ -798,7 +897,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[13]
+	mi := &file_node_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +909,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[13]
+	mi := &file_node_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +922,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResumeRequest) GetTeamId() string {
@@ -870,7 +969,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[14]
+	mi := &file_node_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +981,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[14]
+	mi := &file_node_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +994,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumeResponse) GetSandboxJson() string {
@@ -917,7 +1016,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[15]
+	mi := &file_node_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1028,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[15]
+	mi := &file_node_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1041,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForkRequest) GetTeamId() string {
@@ -986,7 +1085,7 @@ type ForkChild struct {
 
 func (x *ForkChild) Reset() {
 	*x = ForkChild{}
-	mi := &file_node_v1_node_proto_msgTypes[16]
+	mi := &file_node_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1097,7 @@ func (x *ForkChild) String() string {
 func (*ForkChild) ProtoMessage() {}
 
 func (x *ForkChild) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[16]
+	mi := &file_node_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1110,7 @@ func (x *ForkChild) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkChild.ProtoReflect.Descriptor instead.
 func (*ForkChild) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ForkChild) GetSandboxId() string {
@@ -1044,7 +1143,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[17]
+	mi := &file_node_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1155,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[17]
+	mi := &file_node_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1168,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForkResponse) GetChildren() []*ForkChild {
@@ -1091,7 +1190,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[18]
+	mi := &file_node_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1202,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[18]
+	mi := &file_node_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1215,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MetricsRequest) GetTeamId() string {
@@ -1162,7 +1261,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_node_v1_node_proto_msgTypes[19]
+	mi := &file_node_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1273,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[19]
+	mi := &file_node_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1286,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Metric) GetTimeUnixMs() int64 {
@@ -1248,7 +1347,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[20]
+	mi := &file_node_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1359,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[20]
+	mi := &file_node_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1372,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MetricsResponse) GetMetrics() []*Metric {
@@ -1295,7 +1394,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[21]
+	mi := &file_node_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1406,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[21]
+	mi := &file_node_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1419,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogsRequest) GetTeamId() string {
@@ -1364,7 +1463,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_node_v1_node_proto_msgTypes[22]
+	mi := &file_node_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1475,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[22]
+	mi := &file_node_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1488,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogEntry) GetTimeUnixMs() int64 {
@@ -1436,7 +1535,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[23]
+	mi := &file_node_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1547,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[23]
+	mi := &file_node_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1560,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -1486,7 +1585,7 @@ type UpdateNetworkRequest struct {
 
 func (x *UpdateNetworkRequest) Reset() {
 	*x = UpdateNetworkRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[24]
+	mi := &file_node_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1597,7 @@ func (x *UpdateNetworkRequest) String() string {
 func (*UpdateNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[24]
+	mi := &file_node_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1610,7 @@ func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateNetworkRequest) GetTeamId() string {
@@ -1550,7 +1649,7 @@ type UpdateNetworkResponse struct {
 
 func (x *UpdateNetworkResponse) Reset() {
 	*x = UpdateNetworkResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[25]
+	mi := &file_node_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1661,7 @@ func (x *UpdateNetworkResponse) String() string {
 func (*UpdateNetworkResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[25]
+	mi := &file_node_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1674,7 @@ func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 type NetworkLogsResponse struct {
@@ -1589,7 +1688,7 @@ type NetworkLogsResponse struct {
 
 func (x *NetworkLogsResponse) Reset() {
 	*x = NetworkLogsResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[26]
+	mi := &file_node_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1700,7 @@ func (x *NetworkLogsResponse) String() string {
 func (*NetworkLogsResponse) ProtoMessage() {}
 
 func (x *NetworkLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[26]
+	mi := &file_node_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1713,7 @@ func (x *NetworkLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkLogsResponse.ProtoReflect.Descriptor instead.
 func (*NetworkLogsResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NetworkLogsResponse) GetEntriesJson() []string {
@@ -1631,7 +1730,7 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x12node/v1/node.proto\x12\x0ewarren.node.v1\"5\n" +
 	"\vVolumeMount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\x8d\x06\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xac\x06\n" +
 	"\x14CreateSandboxRequest\x12\x17\n" +
 	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x1f\n" +
 	"\vtemplate_id\x18\x02 \x01(\tR\n" +
@@ -1651,7 +1750,9 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\rvolume_mounts\x18\v \x03(\v2\x1b.warren.node.v1.VolumeMountR\fvolumeMounts\x12\x1d\n" +
 	"\n" +
 	"extra_json\x18\f \x01(\tR\textraJson\x122\n" +
-	"\x15egress_proxy_password\x18\r \x01(\tR\x13egressProxyPassword\x1a;\n" +
+	"\x15egress_proxy_password\x18\r \x01(\tR\x13egressProxyPassword\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0e \x01(\tR\trequestId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -1659,7 +1760,12 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
 	"\x12_auto_pause_memoryB\x18\n" +
-	"\x16_allow_internet_access\"Y\n" +
+	"\x16_allow_internet_access\"N\n" +
+	"\x14AbandonCreateRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x17\n" +
+	"\x15AbandonCreateResponse\"Y\n" +
 	"\x15CreateSandboxResponse\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
@@ -1774,9 +1880,10 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x15egress_proxy_password\x18\x04 \x01(\tR\x13egressProxyPassword\"\x17\n" +
 	"\x15UpdateNetworkResponse\"8\n" +
 	"\x13NetworkLogsResponse\x12!\n" +
-	"\fentries_json\x18\x01 \x03(\tR\ventriesJson2\xc0\a\n" +
+	"\fentries_json\x18\x01 \x03(\tR\ventriesJson2\x9e\b\n" +
 	"\vNodeService\x12\\\n" +
-	"\rCreateSandbox\x12$.warren.node.v1.CreateSandboxRequest\x1a%.warren.node.v1.CreateSandboxResponse\x12V\n" +
+	"\rCreateSandbox\x12$.warren.node.v1.CreateSandboxRequest\x1a%.warren.node.v1.CreateSandboxResponse\x12\\\n" +
+	"\rAbandonCreate\x12$.warren.node.v1.AbandonCreateRequest\x1a%.warren.node.v1.AbandonCreateResponse\x12V\n" +
 	"\vKillSandbox\x12\".warren.node.v1.KillSandboxRequest\x1a#.warren.node.v1.KillSandboxResponse\x12S\n" +
 	"\n" +
 	"SetTimeout\x12!.warren.node.v1.SetTimeoutRequest\x1a\".warren.node.v1.SetTimeoutResponse\x12J\n" +
@@ -1802,73 +1909,77 @@ func file_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_node_v1_node_proto_rawDescData
 }
 
-var file_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_node_v1_node_proto_goTypes = []any{
 	(*VolumeMount)(nil),           // 0: warren.node.v1.VolumeMount
 	(*CreateSandboxRequest)(nil),  // 1: warren.node.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil), // 2: warren.node.v1.CreateSandboxResponse
-	(*KillSandboxRequest)(nil),    // 3: warren.node.v1.KillSandboxRequest
-	(*KillSandboxResponse)(nil),   // 4: warren.node.v1.KillSandboxResponse
-	(*SetTimeoutRequest)(nil),     // 5: warren.node.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),    // 6: warren.node.v1.SetTimeoutResponse
-	(*RefreshRequest)(nil),        // 7: warren.node.v1.RefreshRequest
-	(*RefreshResponse)(nil),       // 8: warren.node.v1.RefreshResponse
-	(*ConnectRequest)(nil),        // 9: warren.node.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 10: warren.node.v1.ConnectResponse
-	(*PauseRequest)(nil),          // 11: warren.node.v1.PauseRequest
-	(*PauseResponse)(nil),         // 12: warren.node.v1.PauseResponse
-	(*ResumeRequest)(nil),         // 13: warren.node.v1.ResumeRequest
-	(*ResumeResponse)(nil),        // 14: warren.node.v1.ResumeResponse
-	(*ForkRequest)(nil),           // 15: warren.node.v1.ForkRequest
-	(*ForkChild)(nil),             // 16: warren.node.v1.ForkChild
-	(*ForkResponse)(nil),          // 17: warren.node.v1.ForkResponse
-	(*MetricsRequest)(nil),        // 18: warren.node.v1.MetricsRequest
-	(*Metric)(nil),                // 19: warren.node.v1.Metric
-	(*MetricsResponse)(nil),       // 20: warren.node.v1.MetricsResponse
-	(*LogsRequest)(nil),           // 21: warren.node.v1.LogsRequest
-	(*LogEntry)(nil),              // 22: warren.node.v1.LogEntry
-	(*LogsResponse)(nil),          // 23: warren.node.v1.LogsResponse
-	(*UpdateNetworkRequest)(nil),  // 24: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil), // 25: warren.node.v1.UpdateNetworkResponse
-	(*NetworkLogsResponse)(nil),   // 26: warren.node.v1.NetworkLogsResponse
-	nil,                           // 27: warren.node.v1.CreateSandboxRequest.MetadataEntry
-	nil,                           // 28: warren.node.v1.CreateSandboxRequest.EnvVarsEntry
-	nil,                           // 29: warren.node.v1.LogEntry.FieldsEntry
+	(*AbandonCreateRequest)(nil),  // 2: warren.node.v1.AbandonCreateRequest
+	(*AbandonCreateResponse)(nil), // 3: warren.node.v1.AbandonCreateResponse
+	(*CreateSandboxResponse)(nil), // 4: warren.node.v1.CreateSandboxResponse
+	(*KillSandboxRequest)(nil),    // 5: warren.node.v1.KillSandboxRequest
+	(*KillSandboxResponse)(nil),   // 6: warren.node.v1.KillSandboxResponse
+	(*SetTimeoutRequest)(nil),     // 7: warren.node.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),    // 8: warren.node.v1.SetTimeoutResponse
+	(*RefreshRequest)(nil),        // 9: warren.node.v1.RefreshRequest
+	(*RefreshResponse)(nil),       // 10: warren.node.v1.RefreshResponse
+	(*ConnectRequest)(nil),        // 11: warren.node.v1.ConnectRequest
+	(*ConnectResponse)(nil),       // 12: warren.node.v1.ConnectResponse
+	(*PauseRequest)(nil),          // 13: warren.node.v1.PauseRequest
+	(*PauseResponse)(nil),         // 14: warren.node.v1.PauseResponse
+	(*ResumeRequest)(nil),         // 15: warren.node.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 16: warren.node.v1.ResumeResponse
+	(*ForkRequest)(nil),           // 17: warren.node.v1.ForkRequest
+	(*ForkChild)(nil),             // 18: warren.node.v1.ForkChild
+	(*ForkResponse)(nil),          // 19: warren.node.v1.ForkResponse
+	(*MetricsRequest)(nil),        // 20: warren.node.v1.MetricsRequest
+	(*Metric)(nil),                // 21: warren.node.v1.Metric
+	(*MetricsResponse)(nil),       // 22: warren.node.v1.MetricsResponse
+	(*LogsRequest)(nil),           // 23: warren.node.v1.LogsRequest
+	(*LogEntry)(nil),              // 24: warren.node.v1.LogEntry
+	(*LogsResponse)(nil),          // 25: warren.node.v1.LogsResponse
+	(*UpdateNetworkRequest)(nil),  // 26: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil), // 27: warren.node.v1.UpdateNetworkResponse
+	(*NetworkLogsResponse)(nil),   // 28: warren.node.v1.NetworkLogsResponse
+	nil,                           // 29: warren.node.v1.CreateSandboxRequest.MetadataEntry
+	nil,                           // 30: warren.node.v1.CreateSandboxRequest.EnvVarsEntry
+	nil,                           // 31: warren.node.v1.LogEntry.FieldsEntry
 }
 var file_node_v1_node_proto_depIdxs = []int32{
-	27, // 0: warren.node.v1.CreateSandboxRequest.metadata:type_name -> warren.node.v1.CreateSandboxRequest.MetadataEntry
-	28, // 1: warren.node.v1.CreateSandboxRequest.env_vars:type_name -> warren.node.v1.CreateSandboxRequest.EnvVarsEntry
+	29, // 0: warren.node.v1.CreateSandboxRequest.metadata:type_name -> warren.node.v1.CreateSandboxRequest.MetadataEntry
+	30, // 1: warren.node.v1.CreateSandboxRequest.env_vars:type_name -> warren.node.v1.CreateSandboxRequest.EnvVarsEntry
 	0,  // 2: warren.node.v1.CreateSandboxRequest.volume_mounts:type_name -> warren.node.v1.VolumeMount
-	16, // 3: warren.node.v1.ForkResponse.children:type_name -> warren.node.v1.ForkChild
-	19, // 4: warren.node.v1.MetricsResponse.metrics:type_name -> warren.node.v1.Metric
-	29, // 5: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
-	22, // 6: warren.node.v1.LogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	18, // 3: warren.node.v1.ForkResponse.children:type_name -> warren.node.v1.ForkChild
+	21, // 4: warren.node.v1.MetricsResponse.metrics:type_name -> warren.node.v1.Metric
+	31, // 5: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	24, // 6: warren.node.v1.LogsResponse.entries:type_name -> warren.node.v1.LogEntry
 	1,  // 7: warren.node.v1.NodeService.CreateSandbox:input_type -> warren.node.v1.CreateSandboxRequest
-	3,  // 8: warren.node.v1.NodeService.KillSandbox:input_type -> warren.node.v1.KillSandboxRequest
-	5,  // 9: warren.node.v1.NodeService.SetTimeout:input_type -> warren.node.v1.SetTimeoutRequest
-	7,  // 10: warren.node.v1.NodeService.Refresh:input_type -> warren.node.v1.RefreshRequest
-	9,  // 11: warren.node.v1.NodeService.Connect:input_type -> warren.node.v1.ConnectRequest
-	11, // 12: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	13, // 13: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 14: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	18, // 15: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	21, // 16: warren.node.v1.NodeService.Logs:input_type -> warren.node.v1.LogsRequest
-	24, // 17: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	21, // 18: warren.node.v1.NodeService.NetworkLogs:input_type -> warren.node.v1.LogsRequest
-	2,  // 19: warren.node.v1.NodeService.CreateSandbox:output_type -> warren.node.v1.CreateSandboxResponse
-	4,  // 20: warren.node.v1.NodeService.KillSandbox:output_type -> warren.node.v1.KillSandboxResponse
-	6,  // 21: warren.node.v1.NodeService.SetTimeout:output_type -> warren.node.v1.SetTimeoutResponse
-	8,  // 22: warren.node.v1.NodeService.Refresh:output_type -> warren.node.v1.RefreshResponse
-	10, // 23: warren.node.v1.NodeService.Connect:output_type -> warren.node.v1.ConnectResponse
-	12, // 24: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.PauseResponse
-	14, // 25: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.ResumeResponse
-	17, // 26: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	20, // 27: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	23, // 28: warren.node.v1.NodeService.Logs:output_type -> warren.node.v1.LogsResponse
-	25, // 29: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	26, // 30: warren.node.v1.NodeService.NetworkLogs:output_type -> warren.node.v1.NetworkLogsResponse
-	19, // [19:31] is the sub-list for method output_type
-	7,  // [7:19] is the sub-list for method input_type
+	2,  // 8: warren.node.v1.NodeService.AbandonCreate:input_type -> warren.node.v1.AbandonCreateRequest
+	5,  // 9: warren.node.v1.NodeService.KillSandbox:input_type -> warren.node.v1.KillSandboxRequest
+	7,  // 10: warren.node.v1.NodeService.SetTimeout:input_type -> warren.node.v1.SetTimeoutRequest
+	9,  // 11: warren.node.v1.NodeService.Refresh:input_type -> warren.node.v1.RefreshRequest
+	11, // 12: warren.node.v1.NodeService.Connect:input_type -> warren.node.v1.ConnectRequest
+	13, // 13: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	15, // 14: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	17, // 15: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	20, // 16: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	23, // 17: warren.node.v1.NodeService.Logs:input_type -> warren.node.v1.LogsRequest
+	26, // 18: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	23, // 19: warren.node.v1.NodeService.NetworkLogs:input_type -> warren.node.v1.LogsRequest
+	4,  // 20: warren.node.v1.NodeService.CreateSandbox:output_type -> warren.node.v1.CreateSandboxResponse
+	3,  // 21: warren.node.v1.NodeService.AbandonCreate:output_type -> warren.node.v1.AbandonCreateResponse
+	6,  // 22: warren.node.v1.NodeService.KillSandbox:output_type -> warren.node.v1.KillSandboxResponse
+	8,  // 23: warren.node.v1.NodeService.SetTimeout:output_type -> warren.node.v1.SetTimeoutResponse
+	10, // 24: warren.node.v1.NodeService.Refresh:output_type -> warren.node.v1.RefreshResponse
+	12, // 25: warren.node.v1.NodeService.Connect:output_type -> warren.node.v1.ConnectResponse
+	14, // 26: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.PauseResponse
+	16, // 27: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.ResumeResponse
+	19, // 28: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	22, // 29: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	25, // 30: warren.node.v1.NodeService.Logs:output_type -> warren.node.v1.LogsResponse
+	27, // 31: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	28, // 32: warren.node.v1.NodeService.NetworkLogs:output_type -> warren.node.v1.NetworkLogsResponse
+	20, // [20:33] is the sub-list for method output_type
+	7,  // [7:20] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1880,14 +1991,14 @@ func file_node_v1_node_proto_init() {
 		return
 	}
 	file_node_v1_node_proto_msgTypes[1].OneofWrappers = []any{}
-	file_node_v1_node_proto_msgTypes[13].OneofWrappers = []any{}
+	file_node_v1_node_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_v1_node_proto_rawDesc), len(file_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,9 @@ const (
 	// NodeServiceCreateSandboxProcedure is the fully-qualified name of the NodeService's CreateSandbox
 	// RPC.
 	NodeServiceCreateSandboxProcedure = "/warren.node.v1.NodeService/CreateSandbox"
+	// NodeServiceAbandonCreateProcedure is the fully-qualified name of the NodeService's AbandonCreate
+	// RPC.
+	NodeServiceAbandonCreateProcedure = "/warren.node.v1.NodeService/AbandonCreate"
 	// NodeServiceKillSandboxProcedure is the fully-qualified name of the NodeService's KillSandbox RPC.
 	NodeServiceKillSandboxProcedure = "/warren.node.v1.NodeService/KillSandbox"
 	// NodeServiceSetTimeoutProcedure is the fully-qualified name of the NodeService's SetTimeout RPC.
@@ -76,6 +79,12 @@ type NodeServiceClient interface {
 	// CreateSandbox starts a sandbox on this node (a warm one when the
 	// node's pool has one).
 	CreateSandbox(context.Context, *connect.Request[v1.CreateSandboxRequest]) (*connect.Response[v1.CreateSandboxResponse], error)
+	// AbandonCreate says that the api could not take the answer of the
+	// CreateSandbox named request_id (the call timed out, its connection
+	// broke, the api's own caller left): the node kills what that create
+	// made, or makes once it ends, and refuses it if it has not begun. The
+	// node remembers request IDs for a while (bounded in number and time).
+	AbandonCreate(context.Context, *connect.Request[v1.AbandonCreateRequest]) (*connect.Response[v1.AbandonCreateResponse], error)
 	KillSandbox(context.Context, *connect.Request[v1.KillSandboxRequest]) (*connect.Response[v1.KillSandboxResponse], error)
 	// SetTimeout makes the sandbox end timeout_ms from now; Refresh makes it
 	// live at least duration_ms longer.
@@ -109,6 +118,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+NodeServiceCreateSandboxProcedure,
 			connect.WithSchema(nodeServiceMethods.ByName("CreateSandbox")),
+			connect.WithClientOptions(opts...),
+		),
+		abandonCreate: connect.NewClient[v1.AbandonCreateRequest, v1.AbandonCreateResponse](
+			httpClient,
+			baseURL+NodeServiceAbandonCreateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("AbandonCreate")),
 			connect.WithClientOptions(opts...),
 		),
 		killSandbox: connect.NewClient[v1.KillSandboxRequest, v1.KillSandboxResponse](
@@ -183,6 +198,7 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
 	createSandbox *connect.Client[v1.CreateSandboxRequest, v1.CreateSandboxResponse]
+	abandonCreate *connect.Client[v1.AbandonCreateRequest, v1.AbandonCreateResponse]
 	killSandbox   *connect.Client[v1.KillSandboxRequest, v1.KillSandboxResponse]
 	setTimeout    *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
 	refresh       *connect.Client[v1.RefreshRequest, v1.RefreshResponse]
@@ -199,6 +215,11 @@ type nodeServiceClient struct {
 // CreateSandbox calls warren.node.v1.NodeService.CreateSandbox.
 func (c *nodeServiceClient) CreateSandbox(ctx context.Context, req *connect.Request[v1.CreateSandboxRequest]) (*connect.Response[v1.CreateSandboxResponse], error) {
 	return c.createSandbox.CallUnary(ctx, req)
+}
+
+// AbandonCreate calls warren.node.v1.NodeService.AbandonCreate.
+func (c *nodeServiceClient) AbandonCreate(ctx context.Context, req *connect.Request[v1.AbandonCreateRequest]) (*connect.Response[v1.AbandonCreateResponse], error) {
+	return c.abandonCreate.CallUnary(ctx, req)
 }
 
 // KillSandbox calls warren.node.v1.NodeService.KillSandbox.
@@ -261,6 +282,12 @@ type NodeServiceHandler interface {
 	// CreateSandbox starts a sandbox on this node (a warm one when the
 	// node's pool has one).
 	CreateSandbox(context.Context, *connect.Request[v1.CreateSandboxRequest]) (*connect.Response[v1.CreateSandboxResponse], error)
+	// AbandonCreate says that the api could not take the answer of the
+	// CreateSandbox named request_id (the call timed out, its connection
+	// broke, the api's own caller left): the node kills what that create
+	// made, or makes once it ends, and refuses it if it has not begun. The
+	// node remembers request IDs for a while (bounded in number and time).
+	AbandonCreate(context.Context, *connect.Request[v1.AbandonCreateRequest]) (*connect.Response[v1.AbandonCreateResponse], error)
 	KillSandbox(context.Context, *connect.Request[v1.KillSandboxRequest]) (*connect.Response[v1.KillSandboxResponse], error)
 	// SetTimeout makes the sandbox end timeout_ms from now; Refresh makes it
 	// live at least duration_ms longer.
@@ -290,6 +317,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		NodeServiceCreateSandboxProcedure,
 		svc.CreateSandbox,
 		connect.WithSchema(nodeServiceMethods.ByName("CreateSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceAbandonCreateHandler := connect.NewUnaryHandler(
+		NodeServiceAbandonCreateProcedure,
+		svc.AbandonCreate,
+		connect.WithSchema(nodeServiceMethods.ByName("AbandonCreate")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeServiceKillSandboxHandler := connect.NewUnaryHandler(
@@ -362,6 +395,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		switch r.URL.Path {
 		case NodeServiceCreateSandboxProcedure:
 			nodeServiceCreateSandboxHandler.ServeHTTP(w, r)
+		case NodeServiceAbandonCreateProcedure:
+			nodeServiceAbandonCreateHandler.ServeHTTP(w, r)
 		case NodeServiceKillSandboxProcedure:
 			nodeServiceKillSandboxHandler.ServeHTTP(w, r)
 		case NodeServiceSetTimeoutProcedure:
@@ -395,6 +430,10 @@ type UnimplementedNodeServiceHandler struct{}
 
 func (UnimplementedNodeServiceHandler) CreateSandbox(context.Context, *connect.Request[v1.CreateSandboxRequest]) (*connect.Response[v1.CreateSandboxResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.CreateSandbox is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) AbandonCreate(context.Context, *connect.Request[v1.AbandonCreateRequest]) (*connect.Response[v1.AbandonCreateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.AbandonCreate is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) KillSandbox(context.Context, *connect.Request[v1.KillSandboxRequest]) (*connect.Response[v1.KillSandboxResponse], error) {
