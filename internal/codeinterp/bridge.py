@@ -10,7 +10,9 @@
 #           result, error, number_of_executions) and {"type":"end"}, with
 #           "dead": true when this bridge exits after it (its kernel died
 #           and could not be replaced).
-#   stdin:  {"op":"execute","code":...,"env":{...}} runs a cell;
+#   stdin:  {"op":"execute","code":...,"env":{...},"sandbox_env":{...}} runs
+#           a cell (env for this run; sandbox_env: the sandbox's variables
+#           set since the kernel started, for good);
 #           {"op":"interrupt"} sends SIGINT to the kernel at once (read by a
 #           thread of its own, so that it reaches a running cell).
 #
@@ -195,6 +197,11 @@ class Kernel:
             except queue.Empty:
                 return
 
+    def set_sandbox_env(self, env):
+        """The sandbox's variables, set after this kernel started: for good."""
+        self.base_env.update(env)
+        self.run_silent(self.env_code(env))
+
     def env_code(self, env):
         return "__import__('os').environ.update(%r)" % (dict(env),)
 
@@ -326,6 +333,11 @@ class BashShell:
             if text:
                 emit({"type": name, "text": text, "timestamp": now()})
 
+    def set_sandbox_env(self, env):
+        self.base_env.update(env)
+        self.pending = getattr(self, "pending", "") + "".join(
+            "export %s=%s; " % (k, shlex.quote(v)) for k, v in env.items() if valid_name(k))
+
     def execute(self, code, env):
         marker = ("__warren_end_%s__" % os.urandom(8).hex()).encode()
         path = os.path.join(self.rundir, "cell.sh")
@@ -337,6 +349,8 @@ class BashShell:
             ("export %s=%s; " % (k, shlex.quote(self.base_env[k])) if k in self.base_env else "unset %s; " % k)
             for k in env if valid_name(k)
         )
+        sets = getattr(self, "pending", "") + sets
+        self.pending = ""
         line = "%s. %s; __warren_rc=$?; %sprintf '\\n%%s %%d\\n' %s \"$__warren_rc\"; printf '\\n%%s\\n' %s >&2\n" % (
             sets, shlex.quote(path), restore, marker.decode(), marker.decode())
         cell = {"marker": marker, "stdout": threading.Event(), "stderr": threading.Event(), "status": 0}
@@ -405,6 +419,8 @@ def main():
             if op is None:
                 return 0
             if op.get("op") == "execute":
+                if op.get("sandbox_env"):
+                    kernel.set_sandbox_env(op["sandbox_env"])
                 kernel.execute(op.get("code", ""), op.get("env") or {})
                 emit({"type": "end"})
     finally:

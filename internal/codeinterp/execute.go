@@ -81,6 +81,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if len(req.EnvVars) > 0 {
 		op["env"] = req.EnvVars
 	}
+	if changed := k.sandboxEnvChanges(s.cfg.Env()); changed != nil {
+		op["sandbox_env"] = changed
+	}
 	if err := k.send(op); err != nil {
 		plain(w, http.StatusInternalServerError, "the context's kernel is gone: "+err.Error())
 		return

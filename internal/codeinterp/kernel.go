@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"sync"
@@ -23,6 +24,12 @@ type kernel struct {
 
 	inMu sync.Mutex
 	in   *os.File // the bridge's stdin
+
+	// sandboxEnv is the sandbox's environment as the kernel has it. A
+	// kernel started before the platform set the sandbox's variables (a
+	// warm sandbox, claimed later) gets them with its next execution.
+	// Guarded by the context's turn.
+	sandboxEnv map[string]string
 
 	// events carries the bridge's lines after "ready", one JSON object
 	// each; it is closed when the bridge's stdout ends (it exited).
@@ -66,7 +73,8 @@ func (s *Server) startKernel(id, language, cwd string) (*kernel, error) {
 	}
 	cmd := exec.Command(s.cfg.Python, s.bridgePath, language, cwd, dir)
 	cmd.Dir = "/"
-	cmd.Env = s.environ()
+	env, sandboxEnv := s.environ()
+	cmd.Env = env
 	cmd.Stdin = stdinR
 	cmd.Stdout = stdoutW
 	cmd.Stderr = nil // /dev/null: a tenant's kernel must not fill envd's log
@@ -83,7 +91,7 @@ func (s *Server) startKernel(id, language, cwd string) (*kernel, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting the kernel: %w", err)
 	}
-	k := &kernel{pid: pid, dir: dir, done: done, in: stdinW, events: make(chan []byte, 16), stop: make(chan struct{})}
+	k := &kernel{pid: pid, dir: dir, done: done, in: stdinW, events: make(chan []byte, 16), stop: make(chan struct{}), sandboxEnv: sandboxEnv}
 	ready := make(chan error, 1)
 	go k.read(stdoutR, s.cfg.MaxLineBytes, ready)
 	select {
@@ -191,6 +199,24 @@ func (k *kernel) send(op any) error {
 	defer k.inMu.Unlock()
 	_, err = k.in.Write(append(b, '\n'))
 	return err
+}
+
+// sandboxEnvChanges returns the sandbox variables that are new or
+// changed since the kernel last had them (nil if none) and records them.
+func (k *kernel) sandboxEnvChanges(now map[string]string) map[string]string {
+	var changed map[string]string
+	for name, v := range now {
+		if old, ok := k.sandboxEnv[name]; !ok || old != v {
+			if changed == nil {
+				changed = map[string]string{}
+			}
+			changed[name] = v
+		}
+	}
+	if changed != nil {
+		k.sandboxEnv = maps.Clone(now)
+	}
+	return changed
 }
 
 // interrupt asks the bridge to send SIGINT to the kernel.

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -228,8 +229,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// environ is a new kernel's environment.
-func (s *Server) environ() []string {
+// environ is a new kernel's environment, and the sandbox's variables in it.
+func (s *Server) environ() ([]string, map[string]string) {
 	env := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"LANG": "C.UTF-8",
@@ -242,7 +243,8 @@ func (s *Server) environ() []string {
 	} else if h, err := os.UserHomeDir(); err == nil {
 		env["HOME"] = h
 	}
-	for k, v := range s.cfg.Env() {
+	sandboxEnv := s.cfg.Env()
+	for k, v := range sandboxEnv {
 		env[k] = v
 	}
 	out := make([]string, 0, len(env))
@@ -250,7 +252,7 @@ func (s *Server) environ() []string {
 		out = append(out, k+"="+v)
 	}
 	sort.Strings(out)
-	return out
+	return out, maps.Clone(sandboxEnv)
 }
 
 // Languages the contexts speak, by the names the SDK may send.

@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -185,6 +187,41 @@ func TestExecuteEnvVarsApplyToOneRun(t *testing.T) {
 	}
 	if got := run(t, hs, code("import os\nos.environ.get('RUN_ONLY'), os.environ['SANDBOX_WIDE']")).text(); got != "(None, 'yes')" {
 		t.Fatalf("the next run: %q, want the run's variables gone and the sandbox's back", got)
+	}
+}
+
+// A kernel started before the platform set the sandbox's variables (a
+// warm sandbox, claimed later) gets them with its next cell.
+func TestSandboxEnvSetAfterTheKernelStarted(t *testing.T) {
+	var mu sync.Mutex
+	sandboxEnv := map[string]string{"SANDBOX_WIDE": "yes"}
+	_, hs := newTestServer(t, func(c *Config) {
+		c.Env = func() map[string]string { mu.Lock(); defer mu.Unlock(); return maps.Clone(sandboxEnv) }
+	})
+	check := `import os; os.environ.get("SANDBOX_WIDE"), os.environ.get("LATE")`
+	if got := run(t, hs, code(check)).text(); got != "('yes', None)" {
+		t.Fatalf("before: %q", got)
+	}
+	if got := run(t, hs, map[string]any{"code": "echo ${LATE:-unset}", "language": "bash"}).stdout(); got != "unset\n" {
+		t.Fatalf("bash before: %q", got)
+	}
+	mu.Lock()
+	sandboxEnv["LATE"] = "set by /init"
+	mu.Unlock()
+	for i := 0; i < 2; i++ { // and it stays
+		if got := run(t, hs, code(check)).text(); got != "('yes', 'set by /init')" {
+			t.Fatalf("after #%d: %q", i, got)
+		}
+		if got := run(t, hs, map[string]any{"code": "echo ${LATE:-unset}", "language": "bash"}).stdout(); got != "set by /init\n" {
+			t.Fatalf("bash after #%d: %q", i, got)
+		}
+	}
+	// A run's own variable of that name wins for the run, then it is back.
+	if got := run(t, hs, map[string]any{"code": check, "env_vars": map[string]string{"LATE": "run"}}).text(); got != "('yes', 'run')" {
+		t.Fatalf("run override: %q", got)
+	}
+	if got := run(t, hs, code(check)).text(); got != "('yes', 'set by /init')" {
+		t.Fatalf("after the override: %q", got)
 	}
 }
 
