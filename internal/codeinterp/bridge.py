@@ -171,7 +171,7 @@ class Kernel:
 
     def run_silent(self, code):
         """Runs code out of the user's history and output; True if it finished."""
-        msg_id = self.client.execute(code, silent=True, store_history=False, allow_stdin=False)
+        msg_id = self.client.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
         return self.wait_idle(msg_id, None)
 
     def wait_idle(self, msg_id, on_msg):
@@ -236,7 +236,11 @@ class Kernel:
                     "traceback": "".join(content.get("traceback", [])),
                 })
 
-        msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        # stop_on_error=False: with it, ipykernel aborts the requests that
+        # reach it shortly after a failed cell, and the next user's cell
+        # (one runs at a time here: nothing else is ever queued) would
+        # come back empty.
+        msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         if not self.wait_idle(msg_id, on_msg):
             return self.report_death()
         if env and not self.run_silent(self.restore_env_code(env)):

@@ -232,3 +232,18 @@ test('several axes make a superchart', async () => {
   expect(c.title).toBe('Both')
   expect(c.elements.map((e) => e.type)).toEqual(['line', 'bar'])
 })
+
+test('the envs of a create reach its kernel, also when the sandbox was started warm', async () => {
+  // The first create of the template makes its warm pool; the later ones
+  // may claim a sandbox whose kernel started before its envs were set.
+  for (let i = 0; i < 3; i++) {
+    const s = await Sandbox.create({ envs: { FROM_CREATE: `v${i}` } })
+    try {
+      expect((await s.runCode('import os; os.environ["FROM_CREATE"]')).text).toBe(`v${i}`)
+      expect((await s.runCode('echo $FROM_CREATE', { language: 'bash' })).logs.stdout.join('')).toBe(`v${i}\n`)
+    } finally {
+      await s.kill()
+    }
+    await new Promise((r) => setTimeout(r, 3000)) // time for the pool to refill
+  }
+}, 120_000)
