@@ -40,7 +40,10 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // tracked, for unfinished to read.
 func fullDuplex(w http.ResponseWriter, r *http.Request) *http.Request {
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	if r.Body == nil || r.Body == http.NoBody {
+	// Over HTTP/2 a request is a stream of its own: nothing else reads
+	// it, and "Connection: close" would end every stream of the
+	// connection (the server sends GOAWAY).
+	if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody {
 		return r
 	}
 	tb := &trackedBody{ReadCloser: r.Body}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"testing"
@@ -62,4 +63,47 @@ func TestEarlyAnswerToAnUnreadBody(t *testing.T) {
 func TestEarlyAnswerToAnUnreadBodySigned(t *testing.T) {
 	fu, port, _ := clusterSetup(t, answersUnread)
 	postsGetTheirAnswer(t, fu, fmt.Sprintf("%d-sbx1.localhost", port), nil)
+}
+
+// Over HTTP/2 an early answer keeps the connection: each request is a
+// stream of its own, and closing would end the others (GOAWAY).
+func TestEarlyAnswerOverHTTP2KeepsTheConnection(t *testing.T) {
+	up := httptest.NewServer(answersUnread)
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	p := New(Config{Domain: "localhost", Resolver: resolverFunc(func(context.Context, string) (Target, error) {
+		return Target{IP: loopback}, nil
+	})})
+	node := httptest.NewUnstartedServer(p)
+	node.EnableHTTP2 = true
+	node.StartTLS()
+	defer node.Close()
+	client := node.Client()
+	reused := 0
+	for i := range 5 {
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			if info.Reused {
+				reused++
+			}
+		}}
+		// The body is still open when the answer comes.
+		pr, pw := io.Pipe()
+		go pw.Write([]byte("body"))
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", node.URL+"/x", pr)
+		req.Header.Set("E2b-Sandbox-Id", "sbx1")
+		req.Header.Set("E2b-Sandbox-Port", u.Port())
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		pw.Close()
+		if res.ProtoMajor != 2 || res.StatusCode != http.StatusNotImplemented {
+			t.Fatalf("request %d: HTTP/%d %d", i, res.ProtoMajor, res.StatusCode)
+		}
+	}
+	if reused != 4 {
+		t.Errorf("%d of 4 later requests reused the HTTP/2 connection", reused)
+	}
 }
