@@ -185,17 +185,26 @@ class Kernel:
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
-                self.drain_shell()
+                self.drain_shell(msg_id)
                 return True
             if on_msg is not None:
                 on_msg(msg)
 
-    def drain_shell(self):
+    def drain_shell(self, msg_id):
+        """Reads the shell channel's replies; notes whether msg_id's says
+        the kernel aborted the request instead of running it."""
+        self.aborted = False
+        deadline = time.monotonic() + 2
+        seen = False
         while True:
             try:
-                self.client.get_shell_msg(timeout=0)
+                # The reply usually precedes idle; a little wait for it.
+                reply = self.client.get_shell_msg(timeout=0 if seen else max(0, deadline - time.monotonic()))
             except queue.Empty:
                 return
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                seen = True
+                self.aborted = reply.get("content", {}).get("status") == "aborted"
 
     def set_sandbox_env(self, env):
         """The sandbox's variables, set after this kernel started: for good."""
@@ -243,6 +252,8 @@ class Kernel:
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         if not self.wait_idle(msg_id, on_msg):
             return self.report_death()
+        if getattr(self, "aborted", False) and not state["errored"]:
+            emit({"type": "error", "name": "ExecutionAborted", "value": "Execution was aborted", "traceback": ""})
         if env and not self.run_silent(self.restore_env_code(env)):
             return self.report_death()
 
