@@ -368,6 +368,13 @@ class BashShell:
         self.pending = ""
         line = "%s. %s; __warren_rc=$?; %sprintf '\\n%%s %%d\\n' %s \"$__warren_rc\"; printf '\\n%%s\\n' %s >&2\n" % (
             sets, shlex.quote(path), restore, marker.decode(), marker.decode())
+        status = self.run_marked(marker, line)
+        if status != 0:
+            emit({"type": "error", "name": "Error", "value": "exit status %d" % status, "traceback": ""})
+
+    def run_marked(self, marker, line):
+        """Sends line, relays the output until both streams' marker, and
+        returns the status the stdout marker carried."""
         cell = {"marker": marker, "stdout": threading.Event(), "stderr": threading.Event(), "status": 0}
         self.current = cell
         self.count = getattr(self, "count", 0) + 1
@@ -380,12 +387,55 @@ class BashShell:
         while not (cell["stdout"].wait(0.5) and cell["stderr"].wait(0.5)):
             if self.died():
                 self.current = None
-                emit({"type": "error", "name": "KernelDied", "value": "bash exited (status %s); its state is lost" % self.proc.returncode, "traceback": ""})
+                emit({"type": "error", "name": "KernelDied", "value": "the context's process exited (status %s); its state is lost" % self.proc.returncode, "traceback": ""})
                 emit({"type": "end", "dead": True})
                 sys.exit(1)
         self.current = None
-        if cell["status"] != 0:
-            emit({"type": "error", "name": "Error", "value": "exit status %d" % cell["status"], "traceback": ""})
+        return cell["status"]
+
+
+class NodeShell(BashShell):
+    """A JavaScript context: one long-lived Node process (jsrunner.js,
+    beside this file) that runs each cell in a persistent vm context. Its
+    output is relayed, marked and interrupted like a bash context's; the
+    cell's value or exception comes back in a file."""
+
+    def start(self):
+        runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jsrunner.js")
+        self.proc = subprocess.Popen(
+            ["node", runner],
+            cwd=self.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for pipe, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+            threading.Thread(target=self.relay, args=(pipe, name), daemon=True).start()
+
+    def set_sandbox_env(self, env):
+        self.pending_env = dict(getattr(self, "pending_env", {}), **env)
+
+    def execute(self, code, env):
+        marker = ("__warren_end_%s__" % os.urandom(8).hex()).encode()
+        path = os.path.join(self.rundir, "cell.js")
+        out = os.path.join(self.rundir, "result.json")
+        with open(path, "w") as f:
+            f.write(code)
+        if os.path.exists(out):
+            os.unlink(out)
+        req = {"path": path, "marker": marker.decode(), "out": out, "env": env,
+               "sandbox_env": getattr(self, "pending_env", {})}
+        self.pending_env = {}
+        self.run_marked(marker, json.dumps(req) + "\n")
+        try:
+            with open(out) as f:
+                res = json.load(f)
+        except (OSError, ValueError):
+            return
+        if "text" in res:
+            emit(result_event({"text/plain": res["text"]}, True))
+        if "error" in res:
+            emit(dict(res["error"], type="error"))
 
 
 def valid_name(k):
@@ -411,7 +461,7 @@ def read_ops(kernel, ops):
 
 def main():
     language, cwd, rundir = sys.argv[1], sys.argv[2], sys.argv[3]
-    if language not in ("python", "bash"):
+    if language not in ("python", "bash", "javascript"):
         emit({"type": "fatal", "message": "unsupported language %r" % language})
         return 1
     if not os.path.isdir(cwd):
@@ -419,7 +469,7 @@ def main():
         return 1
     # An interrupt of a bash cell is SIGINT to this process group.
     signal.signal(signal.SIGINT, lambda *_: None)
-    kernel = (BashShell if language == "bash" else Kernel)(cwd, rundir)
+    kernel = {"bash": BashShell, "javascript": NodeShell}.get(language, Kernel)(cwd, rundir)
     try:
         kernel.start()
     except Exception as e:

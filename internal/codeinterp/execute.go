@@ -50,7 +50,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	} else {
 		language := normalizeLanguage(req.Language)
 		if !supported[language] {
-			plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash)", req.Language))
+			plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash, javascript)", req.Language))
 			return
 		}
 		if c, err = s.defaultContext(language); err != nil {

@@ -59,6 +59,9 @@ var bridgeScript []byte
 //go:embed formatters.py
 var formattersScript []byte
 
+//go:embed jsrunner.js
+var jsRunnerScript []byte
+
 // Config configures a Server.
 type Config struct {
 	// Python runs the bridge: an interpreter with jupyter_client and
@@ -167,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("codeinterp: run dir: %w", err)
 	}
-	for name, content := range map[string][]byte{"bridge.py": bridgeScript, "formatters.py": formattersScript} {
+	for name, content := range map[string][]byte{"bridge.py": bridgeScript, "formatters.py": formattersScript, "jsrunner.js": jsRunnerScript} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p+".tmp", content, 0o644); err != nil {
 			return nil, fmt.Errorf("codeinterp: writing %s: %w", name, err)
@@ -269,7 +272,7 @@ func normalizeLanguage(l string) string {
 	return l
 }
 
-var supported = map[string]bool{"python": true, "bash": true}
+var supported = map[string]bool{"python": true, "bash": true, "javascript": true}
 
 // execContext is one context: a kernel, started on demand, and the turn
 // of its executions.
@@ -426,7 +429,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	language := normalizeLanguage(req.Language)
 	if !supported[language] {
-		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash)", req.Language))
+		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash, javascript)", req.Language))
 		return
 	}
 	cwd, err := s.checkCwd(req.Cwd)

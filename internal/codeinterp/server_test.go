@@ -467,6 +467,41 @@ func TestBashCells(t *testing.T) {
 	}
 }
 
+func TestJavaScriptCells(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	js := func(c string, env map[string]string) execution {
+		return run(t, hs, map[string]any{"code": c, "language": "js", "env_vars": env})
+	}
+	x := js("const a = 20; let b = 1\nconsole.log('hi', a)\na + b + 21", nil)
+	if x.text() != "42" || x.stdout() != "hi 20\n" {
+		t.Errorf("first cell: %v", x.events)
+	}
+	if got := js("b += 1; [a, b, process.env.RUN_ONLY, process.env.SANDBOX_WIDE]", map[string]string{"RUN_ONLY": "r"}).text(); got != "[ 20, 2, 'r', 'yes' ]" {
+		t.Errorf("state and env: %q", got)
+	}
+	if got := js("String(process.env.RUN_ONLY)", nil).text(); got != "undefined" {
+		t.Errorf("after the run: %q", got)
+	}
+	if got := js("Promise.resolve(7)", nil).text(); got != "7" {
+		t.Errorf("a promise: %q", got)
+	}
+	x = js("function f() { throw new TypeError('bad') }\nf()", nil)
+	if e := x.of("error"); len(e) != 1 || e[0].str("name") != "TypeError" || e[0].str("value") != "bad" || !strings.Contains(e[0].str("traceback"), "at f") {
+		t.Errorf("an exception: %v", x.events)
+	}
+	// A client that gives up interrupts a busy loop; the context lives on.
+	ctx, cancel := context.WithCancel(context.Background())
+	res := post(t, ctx, hs.URL+"/execute", map[string]any{"code": "console.log('started'); while (true) {}", "language": "javascript"}, testToken)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+	}
+	cancel()
+	res.Body.Close()
+	if got := js("a", nil).text(); got != "20" {
+		t.Errorf("after the interrupt: %q", got)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	_, hs := newTestServer(t, nil)
 	res, err := http.Get(hs.URL + "/health")
