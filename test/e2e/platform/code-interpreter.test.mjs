@@ -252,7 +252,7 @@ test('JavaScript cells keep their state and give values and exceptions', async (
   const first = await sbx.runCode('const n = 40\nconsole.log("from node", process.version.startsWith("v"))\nn + 2', { language: 'js' })
   expect(first.text).toBe('42')
   expect(first.logs.stdout.join('')).toBe('from node true\n')
-  expect((await sbx.runCode('n * 2', { language: 'javascript' })).text).toBe('84')
+  expect((await sbx.runCode('n * 2', { language: 'javascript' })).text).toBe('80')
   const failing = await sbx.runCode('null.x', { language: 'js' })
   expect(failing.error.name).toBe('TypeError')
   const ctx = await sbx.createCodeContext({ language: 'js', cwd: '/tmp' })
