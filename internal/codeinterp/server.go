@@ -10,7 +10,9 @@
 // stdin and stdout. A bridge rather than ZeroMQ from Go: jupyter_client is
 // the protocol's reference client and is packaged by Debian, while Go's
 // ZeroMQ libraries are either cgo (no static envd) or young; the bridge
-// costs one small process per context.
+// costs one small process per context. A bash context is one long-lived
+// bash, a JavaScript context one long-lived Node (jsrunner.js), each
+// behind the same bridge and protocol.
 //
 // envd runs this server in-process (cmd/envd) when the sandbox's image has
 // the marker file MarkerPath: envd holds the access token that /execute
