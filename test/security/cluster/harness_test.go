@@ -172,7 +172,7 @@ func startCluster() (*clusterRun, error) {
 			env = append(env, kv)
 		}
 	}
-	shared := []string{"--store", c.storeURL, "--volume-root", c.volumeRoot, "--volume-quota", "0", "--log-format", "text"}
+	shared := []string{"--store", c.storeURL, "--volume-root", c.volumeRoot, "--volume-quota", "0", "--log-format", "text", "--log-level", "debug"}
 	for _, n := range nodeSpecs {
 		dataDir, err := seckit.NewDataDir(0)
 		if err != nil {
@@ -236,11 +236,23 @@ func startCluster() (*clusterRun, error) {
 		return c, err
 	}
 	// The victim runs on the first node, with a web app that serves the
-	// paths a node keeps for itself.
+	// paths a node keeps for itself. Its POSTs read their body before
+	// they answer: Python's plain http.server answers a POST unread and
+	// closes, and the kernel then resets the connection (unread data),
+	// which may destroy the answer before the node has read it — a cut
+	// answer, through any proxy, that says nothing of the attacks here.
 	if c.victim, err = c.createOn(ctx, c.nodes[0].name, c.teamA, 3600); err != nil {
 		return c, fmt.Errorf("creating the victim sandbox: %w", err)
 	}
-	if r, err := c.exec(ctx, c.victim, fmt.Sprintf(`mkdir -p /tmp/www/images /tmp/www/platform && echo victim-app > /tmp/www/images/x && echo victim-app > /tmp/www/platform/x && cd /tmp/www && (nohup python3 -m http.server %d >/dev/null 2>&1 &)
+	if r, err := c.exec(ctx, c.victim, fmt.Sprintf(`mkdir -p /tmp/www/images /tmp/www/platform && echo victim-app > /tmp/www/images/x && echo victim-app > /tmp/www/platform/x && cd /tmp/www && cat > /tmp/app.py <<'EOF'
+import http.server
+class App(http.server.SimpleHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_error(405)
+http.server.ThreadingHTTPServer(("", %d), App).serve_forever()
+EOF
+(nohup python3 /tmp/app.py >/dev/null 2>&1 &)
 for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:%d/images/x && exit 0; sleep 0.1; done; exit 1`, appPort, appPort)); err != nil || r.exit != 0 {
 		return c, fmt.Errorf("starting the victim's web app: %v %+v", err, r)
 	}

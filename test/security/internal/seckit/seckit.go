@@ -6,7 +6,9 @@
 package seckit
 
 import (
+	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,14 +21,21 @@ import (
 // Installed is where `warren setup` put runsc and the base template.
 const Installed = "/var/lib/warren"
 
-// FreePort is a loopback TCP port nothing listens on now.
+// FreePort is a loopback TCP port nothing listens on now, below the
+// kernel's ephemeral range (32768 and up by default): a port the kernel
+// handed out could be taken again by any outgoing connection before the
+// server the caller starts binds it.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 200 {
+		port := 20000 + mathrand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return port, nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free loopback port in 20000-31999")
 }
 
 // ServeFlags lists the flags `warren serve` has, from its -h output.
