@@ -84,3 +84,7 @@ go test -run '^$' -bench 'CreateToHealthy|PauseResume|CheckpointRestore' -bencht
     name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
     for (i = 5; i + 1 <= NF; i += 2) printf "| %-36s | %-22s | %10s |\n", name, $(i+1), $i
   }'
+
+echo
+echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1, real warren serve, runsc, pool 2)"
+(cd test/e2e && node bench/codeinterp.mjs)
