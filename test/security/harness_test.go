@@ -6,15 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,7 +179,7 @@ func newSuite() (*suite, error) {
 // of it is left; then removes the test hosts and the data dir.
 func (s *suite) teardown() error {
 	var errs []error
-	if s.srv != nil && s.srv.cmd != nil {
+	if s.srv != nil && s.srv.proc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		for _, tm := range []team{s.teamA, s.teamB, s.teamC} {
 			if tm.key != "" {
@@ -219,8 +216,7 @@ type server struct {
 	// ownsFS: dataDir is a loop-mounted file system the suite made.
 	ownsFS  bool
 	args    []string
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	proc    *seckit.Proc
 	logPath string
 	logFile *os.File
 	apiURL  string
@@ -337,61 +333,24 @@ func (v *server) run(s *suite) error {
 		}
 		v.logFile, v.logPath = f, f.Name()
 	}
-	v.cmd = exec.Command(s.warren, v.args...)
+	cmd := exec.Command(s.warren, v.args...)
 	env := []string{}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WARREN_API_KEY=") && !strings.HasPrefix(kv, "WARREN_ACCESS_TOKEN=") {
 			env = append(env, kv)
 		}
 	}
-	v.cmd.Env = env
-	v.cmd.Stdout, v.cmd.Stderr = v.logFile, v.logFile
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the thread that forked the child ends, not the
-	// test process: Go ends a thread whose goroutine exits locked to it,
-	// as the helpers that enter a network namespace do, and a server
-	// started from such a thread was killed mid-suite. So the server is
-	// started and waited for by a goroutine locked to its thread for as
-	// long as the server lives.
-	v.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go func(cmd *exec.Cmd, log *os.File, exited chan struct{}) {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		// The exit status goes into the log, so that a server that died
-		// mid-suite (a signal, the OOM killer) says how.
-		fmt.Fprintf(log, "\n[harness] warren serve (pid %d) exited: %v\n", cmd.Process.Pid, cmd.ProcessState)
-		close(exited)
-	}(v.cmd, v.logFile, v.exited)
-	if err := <-started; err != nil {
-		v.cmd = nil
+	cmd.Env = env
+	var err error
+	if v.proc, err = seckit.StartProc(cmd, v.logFile, "warren serve"); err != nil {
 		return err
 	}
 	v.apiURL = fmt.Sprintf("http://127.0.0.1:%d", v.apiPort)
 	v.proxyURL = fmt.Sprintf("http://127.0.0.1:%d", v.proxyPort)
-	var exited, healthy bool
-	poll.Within(90*time.Second, 50*time.Millisecond, func() bool {
-		select {
-		case <-v.exited:
-			exited = true
-			return true
-		default:
-		}
-		res, err := http.Get(v.apiURL + "/health")
-		if err == nil {
-			res.Body.Close()
-			healthy = res.StatusCode == http.StatusOK
-		}
-		return healthy
-	})
+	healthy, exited := v.proc.WaitHealthy(v.apiURL+"/health", 50*time.Millisecond)
 	switch {
 	case exited:
-		v.cmd = nil
+		v.proc = nil
 		return fmt.Errorf("warren serve exited during start (%v):\n%s", v.args, v.logTail(4096))
 	case healthy:
 		return nil
@@ -403,19 +362,14 @@ func (v *server) run(s *suite) error {
 // stop ends the server with SIGTERM (SIGKILL after 20s). Sandboxes keep
 // running: kill them first.
 func (v *server) stop() error {
-	if v.cmd == nil {
+	if v.proc == nil {
 		return nil
 	}
-	defer func() { v.cmd = nil }()
-	_ = v.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-v.exited:
-		return nil
-	case <-time.After(20 * time.Second):
-		_ = v.cmd.Process.Kill()
-		<-v.exited
-		return errors.New("warren serve did not stop within 20s of SIGTERM")
+	defer func() { v.proc = nil }()
+	if err := v.proc.Stop(); err != nil {
+		return fmt.Errorf("warren serve %w", err)
 	}
+	return nil
 }
 
 func (v *server) logText() string {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,8 +79,7 @@ type sandbox struct {
 type proc struct {
 	name, role       string
 	args             []string
-	cmd              *exec.Cmd
-	exited           chan struct{}
+	proc             *seckit.Proc
 	logPath, dataDir string
 	// nodeAddr is a node's internal address; apiURL, proxyURL and
 	// tlsAddr an api's.
@@ -272,45 +270,13 @@ func (p *proc) start(env []string, url string) error {
 		return err
 	}
 	p.logPath = f.Name()
-	p.cmd = exec.Command(currentWarren, p.args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the forking thread ends: the process is started
-	// and waited for by a goroutine locked to its thread (as
-	// test/security's harness does).
-	p.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := p.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.cmd.Wait()
-		fmt.Fprintf(f, "\n[harness] exited: %v\n", p.cmd.ProcessState)
+	cmd := exec.Command(currentWarren, p.args...)
+	cmd.Env = env
+	if p.proc, err = seckit.StartProc(cmd, f, p.name); err != nil {
 		f.Close()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
-		p.cmd = nil
 		return err
 	}
-	var exited, healthy bool
-	poll.Within(90*time.Second, 100*time.Millisecond, func() bool {
-		select {
-		case <-p.exited:
-			exited = true
-			return true
-		default:
-		}
-		if res, err := http.Get(url); err == nil {
-			res.Body.Close()
-			healthy = res.StatusCode == http.StatusOK
-		}
-		return healthy
-	})
+	healthy, exited := p.proc.WaitHealthy(url, 100*time.Millisecond)
 	if !healthy {
 		p.stop()
 		return fmt.Errorf("%s did not start (exited %v):\n%s", p.name, exited, p.logTail(3000))
@@ -322,19 +288,14 @@ func (p *proc) start(env []string, url string) error {
 var currentWarren string
 
 func (p *proc) stop() error {
-	if p.cmd == nil {
+	if p.proc == nil {
 		return nil
 	}
-	defer func() { p.cmd = nil }()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("%s did not stop within 20s of SIGTERM", p.name)
+	defer func() { p.proc = nil }()
+	if err := p.proc.Stop(); err != nil {
+		return fmt.Errorf("%s %w", p.name, err)
 	}
+	return nil
 }
 
 func (p *proc) logTail(n int) string {
@@ -351,7 +312,7 @@ func (c *clusterRun) teardown() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if len(c.apis) > 0 && c.apis[0].cmd != nil {
+	if len(c.apis) > 0 && c.apis[0].proc != nil {
 		for _, tm := range []team{c.teamA, c.teamB} {
 			if tm.key != "" {
 				errs = append(errs, c.killAll(ctx, tm))
