@@ -146,7 +146,7 @@ func (h *egressHosts) publicAddr() netip.AddrPort {
 // ARP, which may take a retry (a second) if the link was just raised.
 func mustBeRefused(t *testing.T, what string, addr netip.AddrPort) {
 	t.Helper()
-	saw, err := dial(addr.String(), netip.Addr{})
+	saw, err := dialWithin(addr.String(), netip.Addr{}, refusedTimeout)
 	switch {
 	case err == nil:
 		t.Errorf("sandbox reached %s at %s (it answered %q)", what, addr, saw)

@@ -27,6 +27,12 @@ const (
 	// probeTimeout bounds every connection attempt that is expected to be
 	// dropped; a reachable peer on a veth answers in well under a millisecond.
 	probeTimeout = 300 * time.Millisecond
+	// refusedTimeout bounds a connection attempt that must be refused.
+	// Only a reset makes one fail with ECONNREFUSED (a dropped SYN ends in
+	// a timeout however long the wait), so a generous bound proves the
+	// same thing and does not fail when the first packet waits for ARP on
+	// a loaded machine.
+	refusedTimeout = 3 * time.Second
 )
 
 func needRoot(tb testing.TB) {
@@ -157,7 +163,12 @@ func listen(t testing.TB, addr string) *net.TCPAddr {
 // from a given source address, and returns what the server wrote: the
 // client address it saw.
 func dial(addr string, from netip.Addr) (string, error) {
-	d := net.Dialer{Timeout: probeTimeout}
+	return dialWithin(addr, from, probeTimeout)
+}
+
+// dialWithin is dial with its own bound on the connection attempt.
+func dialWithin(addr string, from netip.Addr, timeout time.Duration) (string, error) {
+	d := net.Dialer{Timeout: timeout}
 	if from.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
 	}

@@ -240,7 +240,7 @@ func TestProxyPortTakesOnlyRedirectedConnections(t *testing.T) {
 		t.Fatalf("the port does not answer the host before the rules: %v", err)
 	}
 	testhost.DoInNetNS(t, other.NetNSPath, func() {
-		if _, err := dial(atPort(other.Gateway).String(), netip.Addr{}); err != nil {
+		if _, err := dialReachable(atPort(other.Gateway).String(), netip.Addr{}); err != nil {
 			t.Fatalf("the port does not answer the test host before the rules: %v", err)
 		}
 	})
@@ -258,7 +258,7 @@ func TestProxyPortTakesOnlyRedirectedConnections(t *testing.T) {
 	testhost.DoInNetNS(t, proxied.NetNSPath, func() {
 		mustBeRefused(t, "the proxy port, from a proxied sandbox dialling its gateway", atPort(proxied.HostIP))
 		// Its connection to the internet host is redirected to the port.
-		saw, err := dial(netip.AddrPortFrom(other.Addr, uint16(otherPort)).String(), netip.Addr{})
+		saw, err := dialReachable(netip.AddrPortFrom(other.Addr, uint16(otherPort)).String(), netip.Addr{})
 		if err != nil || saw != proxied.SandboxIP.String() {
 			t.Errorf("a proxied sandbox's connection: %q, %v; want it redirected to the proxy port (which answers %s)", saw, err, proxied.SandboxIP)
 		}

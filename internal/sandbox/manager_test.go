@@ -116,7 +116,10 @@ func startWith(t *testing.T, st store.Store, cfg Config, o envOptions) *env {
 	if o.wrap != nil {
 		rt = o.wrap(rt)
 	}
-	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.123.0.0/20"), Prefix: "wst", PoolSize: 1})
+	// A range of its own: internal/network's tests use 10.123.0.0/16 and
+	// run side by side with these; two packages' slots in one range route
+	// each other's replies to the wrong veth.
+	nw, err := network.New(network.Config{CIDR: netip.MustParsePrefix("10.125.0.0/20"), Prefix: "wst", PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
