@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) error {
 		if !opts.CodeInterpreter {
 			return
 		}
-		say("code-interpreter-v1 template (Jupyter, numpy, pandas, matplotlib)")
+		say("code-interpreter-v1 template (Jupyter, the Python data libraries, TypeScript, R)")
 		t, err = baseimage.EnsureCodeInterpreter(ctx, store, baseimage.Options{Mirror: opts.Mirror}, w)
 		if err != nil {
 			fail(fmt.Errorf("setup: code-interpreter-v1 template: %w", err))
