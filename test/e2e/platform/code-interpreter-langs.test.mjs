@@ -94,10 +94,17 @@ test('an R context of its own, with its cwd', async () => {
   await sbx.removeCodeContext(ctx)
 })
 
-test('scipy, scikit-learn and seaborn import and work', async () => {
+// The first import of a library reads and runs many modules: on a busy
+// machine under gVisor, seconds.
+const importTimeout = 120_000
+
+test('scipy imports and works', async () => {
   const sci = await sbx.runCode('from scipy import stats, optimize\nr = optimize.minimize_scalar(lambda v: (v - 3) ** 2)\nround(r.x, 3), round(stats.norm.cdf(0), 2)')
   expect(sci.error).toBeUndefined()
   expect(sci.text).toBe('(3.0, 0.5)')
+}, importTimeout)
+
+test('scikit-learn imports and works', async () => {
   const sk = await sbx.runCode([
     'from sklearn.linear_model import LinearRegression',
     'import numpy as np',
@@ -107,6 +114,9 @@ test('scipy, scikit-learn and seaborn import and work', async () => {
   ].join('\n'))
   expect(sk.error).toBeUndefined()
   expect(sk.text).toBe('(3.0, 1.0)')
+}, importTimeout)
+
+test('a seaborn plot comes back as a PNG and a bar chart', async () => {
   const sns = await sbx.runCode([
     'import seaborn as sns, pandas as pd, matplotlib.pyplot as plt',
     'df = pd.DataFrame({"k": ["a", "b", "c"], "v": [1, 3, 2]})',
@@ -119,7 +129,10 @@ test('scipy, scikit-learn and seaborn import and work', async () => {
   expect(fig).toBeDefined()
   expect(fig.chart?.type).toBe('bar')
   expect(fig.chart?.title).toBe('by k')
+}, importTimeout)
+
+test('the other data libraries import', async () => {
   const more = await sbx.runCode('import statsmodels.api, bs4, xlrd, xlsxwriter, networkx, sympy, yaml, tabulate, tqdm; "ok"')
   expect(more.error).toBeUndefined()
   expect(more.text).toBe('ok')
-})
+}, importTimeout)
