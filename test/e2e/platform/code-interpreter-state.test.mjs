@@ -2,7 +2,7 @@
 // and resume, and a fork's child starts with its parent's kernels: the
 // Python, JavaScript and bash default contexts and a context of its own
 // (with its cwd), through @e2b/code-interpreter unchanged.
-import { afterAll, expect, test } from 'vitest'
+import { afterAll, expect, inject, test } from 'vitest'
 import { Sandbox } from '@e2b/code-interpreter'
 
 const made = []
@@ -38,12 +38,23 @@ async function expectSeeded(sbx, ctx) {
   expect((await sbx.runCode('own')).error.name).toBe('NameError')
 }
 
+// Both sandboxes are private (allowPublicTraffic: false): their port
+// 49999 answers only with the traffic token, which the SDK sends, and
+// a request without it is refused after a resume or fork as before.
+const privateNet = { network: { allowPublicTraffic: false } }
+
+async function expectTokenNeeded(sbx) {
+  const { sandboxUrl } = inject('warren')
+  const res = await fetch(`${sandboxUrl}/health`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' } })
+  expect(res.status).toBe(403)
+}
+
 const contextsOf = async (sbx) => (await sbx.listCodeContexts())
   .map((c) => ({ id: c.id, language: c.language, cwd: c.cwd }))
   .sort((a, b) => a.id.localeCompare(b.id))
 
 test('pause and resume keep every context\'s kernel state, and the contexts list', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 300_000 })
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, ...privateNet })
   made.push(sbx.sandboxId)
   const ctx = await seed(sbx)
   const before = await contextsOf(sbx)
@@ -56,6 +67,7 @@ test('pause and resume keep every context\'s kernel state, and the contexts list
     expect((await again.getInfo()).state).toBe('running')
     await expectSeeded(again, ctx)
     expect(await contextsOf(again)).toEqual(before)
+    await expectTokenNeeded(again)
     // The kernel runs new cells, their state kept by the next round.
     const y = await again.runCode(`rounds = globals().get("rounds", 0) + 1; rounds`)
     expect(y.text).toBe(String(round + 1))
@@ -63,7 +75,7 @@ test('pause and resume keep every context\'s kernel state, and the contexts list
 }, 240_000)
 
 test('a fork\'s child has its parent\'s kernels; afterwards the two diverge', async () => {
-  const parent = await Sandbox.create({ timeoutMs: 300_000 })
+  const parent = await Sandbox.create({ timeoutMs: 300_000, ...privateNet })
   made.push(parent.sandboxId)
   const ctx = await seed(parent)
   const before = await contextsOf(parent)
@@ -75,6 +87,7 @@ test('a fork\'s child has its parent\'s kernels; afterwards the two diverge', as
 
   await expectSeeded(child, ctx)
   expect(await contextsOf(child)).toEqual(before)
+  await expectTokenNeeded(child)
   await expectSeeded(parent, ctx)
 
   // Each changes its own kernels; neither sees the other's change.
