@@ -372,6 +372,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("warren is serving", "api", "http://"+ls.api.Addr().String(), "proxy", "http://"+ls.proxy.Addr().String(),
 		"proxy_tls", tlsAddrs(ls.tls), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
 	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
+	if ciBuild != nil {
+		if state, _, _ := ciBuild.State(); state == setup.BuildBuilding {
+			fmt.Fprintf(out, "\nThe %s template (@e2b/code-interpreter's default) is being built in the background (a few minutes on a fresh machine):\nits creates get 503 until the log says \"built-in template ready\"; base and other templates are served now.\n", baseimage.CodeInterpreterID)
+		}
+	}
 	return serveUntil(ctx, log, srvs)
 }
 
