@@ -79,6 +79,7 @@ test('base at once, code-interpreter-v1 a 503 while it builds; a stop mid-build 
   holder = await holdLock()
   own = await start()
   expect(own.output()).toContain('building a built-in template in the background')
+  expect(own.output()).toContain('The code-interpreter-v1 template (@e2b/code-interpreter\'s default) is being built in the background')
 
   const base = await BaseSandbox.create('base', opts())
   expect((await base.commands.run('echo served')).stdout).toBe('served\n')
