@@ -1,7 +1,10 @@
 // Hostile cells against the code interpreter: each may only hurt its own
 // kernel, never the server on port 49999 or the sandbox.
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { afterAll, beforeAll, expect, inject, test } from 'vitest'
 import { Sandbox } from '@e2b/code-interpreter'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 let sbx
 const s = () => sbx
@@ -182,3 +185,66 @@ test('100 MB of stdout through the SDK: its callbacks get the bound, then the no
   expect((await sbx.runCode('"after"', { timeoutMs: 30_000 })).text).toBe('after')
 }, 300_000)
 
+// pidsCgroup is the host pids cgroup of sandbox id (the test server's
+// cgroup parent is /warren-e2e: setup/start-warren.mjs).
+function pidsCgroup(id) {
+  for (const parent of ['/sys/fs/cgroup/pids/warren-e2e', '/sys/fs/cgroup/warren-e2e']) {
+    if (!existsSync(parent)) continue
+    const name = readdirSync(parent).find((n) => n.includes(id))
+    if (name) return `${parent}/${name}`
+  }
+  throw new Error(`no pids cgroup of sandbox ${id}`)
+}
+const readNumber = (file) => Number(readFileSync(file, 'utf8').trim())
+// hostTasks is the number of tasks (threads) on the host.
+const hostTasks = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[3].split('/')[1])
+
+// A fork bomb in a cell: the sandbox's pids limit holds it (the host's
+// task count grows by no more than the limit), another sandbox's cells
+// run meanwhile, and restarting the bomb's context (its process group)
+// ends it; the server answers throughout.
+test.each([
+  ['bash', ':(){ :|:& };:'],
+  ['python', 'import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)'],
+])('a %s fork bomb stays in its sandbox; restarting its context ends it', async (language, code) => {
+  const bomb = await Sandbox.create({ timeoutMs: 300_000 })
+  try {
+    const cg = pidsCgroup(bomb.sandboxId)
+    const limit = readNumber(`${cg}/pids.max`)
+    const idle = readNumber(`${cg}/pids.current`)
+    const hostBefore = hostTasks()
+    const ctx = await bomb.createCodeContext({ language })
+    // The bash cell returns at once (its bomb goes on in the
+    // background); the Python one runs until its timeoutMs interrupts it,
+    // its children going on.
+    const cell = bomb.runCode(code, { context: ctx, timeoutMs: 10_000 }).catch((e) => e)
+    let peak = 0
+    let hostPeak = 0
+    for (const end = Date.now() + 12_000; Date.now() < end; await sleep(100)) {
+      peak = Math.max(peak, readNumber(`${cg}/pids.current`))
+      hostPeak = Math.max(hostPeak, hostTasks())
+    }
+    await cell
+    console.log(`${language} fork bomb: sandbox tasks ${idle} idle, ${peak} at the peak (limit ${limit}); host tasks ${hostBefore} before, ${hostPeak} at the peak`)
+    expect(peak, 'the bomb ran').toBeGreaterThan(idle + 100)
+    expect(peak).toBeLessThanOrEqual(limit)
+    // Other agents share this machine: 1000 tasks of slack for them.
+    expect(hostPeak - hostBefore).toBeLessThan(limit + 1000)
+    // Another sandbox runs cells meanwhile.
+    expect((await sbx.runCode('"elsewhere"', { timeoutMs: 60_000 })).text).toBe('elsewhere')
+
+    // The bomb's code interpreter answers: restarting the context kills
+    // its process group, bomb and all.
+    await bomb.restartCodeContext(ctx)
+    let now = peak
+    for (const end = Date.now() + 60_000; Date.now() < end && now > idle + 50; await sleep(250)) {
+      now = readNumber(`${cg}/pids.current`)
+    }
+    expect(now, 'the bomb is gone').toBeLessThanOrEqual(idle + 50)
+    const after = await bomb.runCode(language === 'bash' ? 'echo calm' : '"calm"', { context: ctx, timeoutMs: 60_000 })
+    expect(language === 'bash' ? after.logs.stdout.join('') : after.text).toMatch(/^calm\n?$/)
+    expect((await bomb.runCode('2 + 2', { timeoutMs: 60_000 })).text).toBe('4')
+  } finally {
+    await bomb.kill()
+  }
+}, 240_000)
