@@ -5,7 +5,7 @@
 # speaks JSON lines with envd's code-interpreter server (internal/codeinterp)
 # on stdin/stdout.
 #
-#   argv:   bridge.py <language> <cwd> <rundir>
+#   argv:   bridge.py <language> <cwd> <rundir> [<max user processes>]
 #   stdout: {"type":"ready"} or {"type":"fatal","message":...} first; then,
 #           per execute, the wire events of E2B's /execute (stdout, stderr,
 #           result, error, number_of_executions) and {"type":"end"}, with
@@ -554,8 +554,26 @@ def read_ops(kernel, ops):
     ops.put(None)
 
 
+def limit_processes(n):
+    """Sets RLIMIT_NPROC (soft and hard: a cell cannot raise it) to n, or
+    to the hard limit if that is lower, before anything forks."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if hard != resource.RLIM_INFINITY:
+        n = min(n, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+
 def main():
     language, cwd, rundir = sys.argv[1], sys.argv[2], sys.argv[3]
+    nproc = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+    if nproc > 0:
+        try:
+            limit_processes(nproc)
+        except (OSError, ValueError) as e:
+            emit({"type": "fatal", "message": "cannot limit the kernel's processes: %s" % e})
+            return 1
     kinds = {"python": Kernel, "r": RKernel, "bash": BashShell, "javascript": NodeShell, "typescript": NodeShell}
     if language not in kinds:
         emit({"type": "fatal", "message": "unsupported language %r" % language})

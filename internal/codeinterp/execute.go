@@ -211,6 +211,9 @@ func deathEvent(reason string) []byte {
 		ev["name"], ev["value"] = "UnexpectedEndOfExecution", "the context's kernel exited before the execution finished; run the cell again (its state is lost)"
 	default:
 		ev["name"], ev["value"] = "UnexpectedEndOfExecution", reason
+		if strings.HasPrefix(reason, outOfMemoryReason) {
+			ev["name"] = "KernelDied"
+		}
 	}
 	b, _ := json.Marshal(ev)
 	return b

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -71,7 +72,7 @@ func (s *Server) startKernel(id, language, cwd string) (*kernel, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(s.cfg.Python, s.bridgePath, language, cwd, dir)
+	cmd := exec.Command(s.cfg.Python, s.bridgePath, language, cwd, dir, strconv.Itoa(s.cfg.MaxUserProcesses))
 	cmd.Dir = "/"
 	env, sandboxEnv := s.environ()
 	cmd.Env = env
@@ -243,12 +244,38 @@ func (k *kernel) kill() {
 		k.inMu.Unlock()
 		go func() {
 			<-k.done
-			// The group may hold a process that left it; the directory's
-			// sockets are useless to it now.
-			_ = syscall.Kill(-k.pid, syscall.SIGKILL)
+			// Processes forked while the group was being killed (a fork
+			// bomb) and orphans the bridge left behind stay in its group.
+			k.waitGone(groupKillTimeout)
 			_ = os.RemoveAll(k.dir)
 		}()
 	})
+}
+
+// groupKillTimeout bounds how long a kill keeps killing a kernel's group.
+const groupKillTimeout = 10 * time.Second
+
+// waitGone kills the kernel's process group until no process is left in
+// it (orphans are reaped by envd, the sandbox's init) or timeout passes;
+// it reports whether the group is gone. A fork bomb's processes fork
+// while a kill goes through the group, so one kill is not enough; and
+// until they are gone they count against the user's RLIMIT_NPROC, which
+// the context's next kernel needs.
+func (k *kernel) waitGone(timeout time.Duration) bool {
+	return killGroup(k.pid, timeout)
+}
+
+func killGroup(pgid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
 }
 
 // alive reports whether the bridge still runs.

@@ -107,6 +107,22 @@ type Config struct {
 	// DrainTimeout bounds how long an interrupted cell (its client gone) may
 	// take to stop before its kernel is killed; default 10 s.
 	DrainTimeout time.Duration
+	// MaxUserProcesses is the RLIMIT_NPROC of every bridge and kernel: the
+	// tasks (threads included) the user may have in the whole sandbox
+	// before a kernel's fork fails. It keeps a fork bomb in a cell from
+	// exhausting the sandbox (and the host's tasks: each guest process is
+	// a few host tasks under gVisor) while leaving room for a process pool.
+	// Default 512; negative leaves the limit as inherited.
+	MaxUserProcesses int
+	// MemoryCheckInterval is how often the memory guard reads the guest's
+	// memory; default 250 ms; negative turns the guard off.
+	MemoryCheckInterval time.Duration
+	// MemoryReserve is the available memory (bytes) below which the guard
+	// kills the kernel that holds the most; default 1/16 of the guest's
+	// memory, at least 48 MiB.
+	MemoryReserve uint64
+	// ProcDir is the proc file system the guard reads; default /proc.
+	ProcDir string
 	Log          *slog.Logger
 }
 
@@ -121,6 +137,11 @@ type Server struct {
 	contexts map[string]*execContext
 	defaults map[string]string // language → its default context's ID
 	closed   bool
+	done     chan struct{} // closed by Close
+
+	// The memory guard's view of the guest (fakes in tests).
+	memInfo func() (memInfo, error)
+	procs   func() ([]procInfo, error)
 }
 
 // New prepares a server; Start its default context with StartDefault.
@@ -155,6 +176,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxUserProcesses == 0 {
+		cfg.MaxUserProcesses = 512
+	}
+	if cfg.MemoryCheckInterval == 0 {
+		cfg.MemoryCheckInterval = 250 * time.Millisecond
+	}
+	if cfg.ProcDir == "" {
+		cfg.ProcDir = "/proc"
+	}
 	if cfg.DefaultCwd == "" {
 		cfg.DefaultCwd = "/"
 		if cfg.User != nil && cfg.User.Home != "" {
@@ -188,7 +218,12 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	bridge := filepath.Join(dir, "bridge.py")
-	s := &Server{cfg: cfg, runDir: dir, bridgePath: bridge, contexts: map[string]*execContext{}, defaults: map[string]string{}}
+	s := &Server{cfg: cfg, runDir: dir, bridgePath: bridge, contexts: map[string]*execContext{}, defaults: map[string]string{}, done: make(chan struct{})}
+	s.memInfo = func() (memInfo, error) { return readMemInfo(filepath.Join(cfg.ProcDir, "meminfo")) }
+	s.procs = func() ([]procInfo, error) { return readProcs(cfg.ProcDir) }
+	if cfg.MemoryCheckInterval > 0 {
+		go s.guardMemory()
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("POST /execute", s.execute)
@@ -222,6 +257,9 @@ func (s *Server) StartDefault() error {
 // Close ends every context's kernel.
 func (s *Server) Close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	cs := s.contexts
 	s.contexts = map[string]*execContext{}
@@ -400,13 +438,29 @@ func (c *execContext) restart(s *Server) error {
 		c.mu.Unlock()
 		return errNotFound
 	}
-	if c.k != nil {
-		c.k.killWith("ContextRestarting")
+	old := c.k
+	if old != nil {
+		old.killWith("ContextRestarting")
 		c.k = nil
 	}
 	c.mu.Unlock()
+	// The old kernel's processes (a fork bomb's among them) go first:
+	// they hold the user's processes and memory that the new one needs.
+	if old != nil && !old.waitGone(groupKillTimeout) {
+		s.cfg.Log.Warn("codeinterp: a restarted context's old processes are still alive", "context", c.ID, "pgid", old.pid)
+	}
 	_, err := c.ensureKernel(s)
 	return err
+}
+
+// killKernel kills the context's kernel if its process group is still
+// pgid (the memory guard chose it); a running execution ends with reason.
+func (c *execContext) killKernel(pgid int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.k != nil && c.k.pid == pgid {
+		c.k.killWith(reason)
+	}
 }
 
 func (c *execContext) remove(reason string) {

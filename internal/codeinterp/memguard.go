@@ -1,0 +1,283 @@
+package codeinterp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The memory guard. Under gVisor every guest page lives in the sentry's
+// memory, so a sandbox past its memory limit is not one process killed by
+// an OOM killer but the whole sandbox (envd and this server with it)
+// killed by the host's: gVisor has no OOM killer of its own. The guard
+// reads the guest's memory from /proc/meminfo (gVisor sizes MemTotal from
+// the sandbox's limit and counts every guest page) and, when what is
+// available falls below Config.MemoryReserve, kills the process group of
+// the context whose processes hold the most, or failing that the sandbox
+// user's biggest process: a cell that allocates without bound (or forks
+// without bound) loses its kernel, the sandbox and the server live.
+
+// outOfMemoryReason begins the error of a cell whose kernel the guard
+// killed (named KernelDied, as a kernel that died of its own).
+const outOfMemoryReason = "the sandbox ran out of memory"
+
+// memInfo is the guest's memory, in bytes.
+type memInfo struct {
+	Total, Available uint64
+}
+
+// procInfo is one guest process as the guard sees it.
+type procInfo struct {
+	PID, PGID int
+	UID       uint32
+	RSS       uint64 // bytes
+}
+
+// victim is what the guard kills: a context's process group (Context set)
+// or one process (PID set, Context nil).
+type victim struct {
+	Context *execContext
+	PGID    int
+	PID     int
+	Bytes   uint64
+}
+
+// guardGroup is a context's kernel process group, for chooseVictim.
+type guardGroup struct {
+	c    *execContext
+	pgid int
+}
+
+// chooseVictim picks what to kill: the group among groups whose processes
+// hold the most resident memory, or, if the user's processes outside them
+// hold more than any group (a cell's child that left its group with
+// setsid, a command's process), the user's biggest process. Processes of
+// other users (root: envd, this server) are never chosen, nor, unless
+// strays, processes outside the groups (the kernels run as this server's
+// own user: a stray may be the server). ok is false when nothing of the
+// user's holds memory.
+func chooseVictim(procs []procInfo, groups []guardGroup, uid uint32, strays bool) (v victim, ok bool) {
+	byGroup := make(map[int]uint64, len(groups))
+	for _, g := range groups {
+		byGroup[g.pgid] = 0
+	}
+	var biggest procInfo
+	for _, p := range procs {
+		if p.UID != uid {
+			continue
+		}
+		if _, in := byGroup[p.PGID]; in {
+			byGroup[p.PGID] += p.RSS
+			continue
+		}
+		if strays && p.RSS > biggest.RSS {
+			biggest = p
+		}
+	}
+	for _, g := range groups {
+		if b := byGroup[g.pgid]; b > v.Bytes {
+			v = victim{Context: g.c, PGID: g.pgid, Bytes: b}
+		}
+	}
+	if biggest.RSS > v.Bytes {
+		v = victim{PID: biggest.PID, Bytes: biggest.RSS}
+	}
+	return v, v.Bytes > 0
+}
+
+// underPressure reports whether the guest's available memory is below
+// reserve.
+func underPressure(m memInfo, reserve uint64) bool {
+	return m.Total > 0 && m.Available < reserve
+}
+
+// defaultReserve is the reserve for a guest of total bytes: 1/16 of it,
+// at least 48 MiB (the sentry's own memory, which the guest does not see,
+// grows with the guest's processes).
+func defaultReserve(total uint64) uint64 {
+	return max(total/16, 48<<20)
+}
+
+// readMemInfo reads MemTotal and MemAvailable from a meminfo file.
+func readMemInfo(path string) (memInfo, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return memInfo{}, err
+	}
+	var m memInfo
+	var haveAvail bool
+	for line := range bytes.Lines(b) {
+		name, rest, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch string(name) {
+		case "MemTotal":
+			dst = &m.Total
+		case "MemAvailable":
+			dst, haveAvail = &m.Available, true
+		default:
+			continue
+		}
+		f := strings.Fields(string(rest))
+		if len(f) == 0 {
+			return memInfo{}, fmt.Errorf("%s: bad %s line", path, name)
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return memInfo{}, fmt.Errorf("%s: %s: %w", path, name, err)
+		}
+		*dst = n << 10 // kB
+	}
+	if m.Total == 0 || !haveAvail {
+		return memInfo{}, fmt.Errorf("%s: no MemTotal or MemAvailable", path)
+	}
+	return m, nil
+}
+
+// readProcs lists the processes under a /proc directory with their group,
+// real user and resident memory. Processes that exit meanwhile are
+// skipped.
+func readProcs(procDir string) ([]procInfo, error) {
+	ents, err := os.ReadDir(procDir)
+	if err != nil {
+		return nil, err
+	}
+	page := uint64(os.Getpagesize())
+	out := make([]procInfo, 0, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, err := readProc(filepath.Join(procDir, e.Name()), pid, page)
+		if err != nil {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func readProc(dir string, pid int, page uint64) (procInfo, error) {
+	p := procInfo{PID: pid}
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return p, err
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces and parens.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return p, errors.New("bad stat")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 3 {
+		return p, errors.New("bad stat")
+	}
+	if p.PGID, err = strconv.Atoi(f[2]); err != nil {
+		return p, err
+	}
+	statm, err := os.ReadFile(filepath.Join(dir, "statm"))
+	if err != nil {
+		return p, err
+	}
+	if f := strings.Fields(string(statm)); len(f) >= 2 {
+		rss, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return p, err
+		}
+		p.RSS = rss * page
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return p, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		p.UID = st.Uid
+	}
+	return p, nil
+}
+
+// guardMemory polls the guest's memory every MemoryCheckInterval until the
+// server closes. Idle, it costs one read of /proc/meminfo per interval;
+// /proc is walked only under pressure.
+func (s *Server) guardMemory() {
+	t := time.NewTicker(s.cfg.MemoryCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.checkMemory()
+	}
+}
+
+// checkMemory kills one victim if the guest is short of memory, and
+// returns it.
+func (s *Server) checkMemory() (victim, bool) {
+	m, err := s.memInfo()
+	if err != nil {
+		return victim{}, false
+	}
+	reserve := s.cfg.MemoryReserve
+	if reserve == 0 {
+		reserve = defaultReserve(m.Total)
+	}
+	if !underPressure(m, reserve) {
+		return victim{}, false
+	}
+	procs, err := s.procs()
+	if err != nil {
+		return victim{}, false
+	}
+	uid := s.uid()
+	v, ok := chooseVictim(procs, s.kernelGroups(), uid, uid != uint32(os.Getuid()))
+	if !ok {
+		return victim{}, false
+	}
+	msg := fmt.Sprintf(outOfMemoryReason+" (%d MiB available of %d MiB): Warren killed this context's kernel, which held %d MiB; its state is lost", m.Available>>20, m.Total>>20, v.Bytes>>20)
+	if v.Context != nil {
+		s.cfg.Log.Warn("codeinterp: low memory: killing a context's kernel", "context", v.Context.ID, "pgid", v.PGID, "rss", v.Bytes, "available", m.Available)
+		v.Context.killKernel(v.PGID, msg)
+	} else {
+		s.cfg.Log.Warn("codeinterp: low memory: killing the user's biggest process", "pid", v.PID, "rss", v.Bytes, "available", m.Available)
+		_ = syscall.Kill(v.PID, syscall.SIGKILL)
+	}
+	return v, true
+}
+
+// kernelGroups lists the process groups of the contexts' live kernels.
+func (s *Server) kernelGroups() []guardGroup {
+	s.mu.Lock()
+	cs := make([]*execContext, 0, len(s.contexts))
+	for _, c := range s.contexts {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	var out []guardGroup
+	for _, c := range cs {
+		c.mu.Lock()
+		if c.k != nil {
+			out = append(out, guardGroup{c: c, pgid: c.k.pid})
+		}
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// uid is the kernels' user.
+func (s *Server) uid() uint32 {
+	if s.cfg.User != nil {
+		return s.cfg.User.UID
+	}
+	return uint32(os.Getuid())
+}
