@@ -123,7 +123,7 @@ type Config struct {
 	MemoryReserve uint64
 	// ProcDir is the proc file system the guard reads; default /proc.
 	ProcDir string
-	Log          *slog.Logger
+	Log     *slog.Logger
 }
 
 // Server is the code interpreter's HTTP handler and its contexts.
