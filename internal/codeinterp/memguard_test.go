@@ -49,11 +49,11 @@ func TestChooseVictim(t *testing.T) {
 
 func TestUnderPressureAndReserve(t *testing.T) {
 	const total = 2048 << 20
-	if r := defaultReserve(total); r != 128<<20 {
-		t.Errorf("reserve of 2 GiB = %d MiB, want 128", r>>20)
+	if r := defaultReserve(total); r != 256<<20 {
+		t.Errorf("reserve of 2 GiB = %d MiB, want 256", r>>20)
 	}
-	if r := defaultReserve(256 << 20); r != 48<<20 {
-		t.Errorf("reserve of 256 MiB = %d MiB, want the floor, 48", r>>20)
+	if r := defaultReserve(256 << 20); r != 64<<20 {
+		t.Errorf("reserve of 256 MiB = %d MiB, want the floor, 64", r>>20)
 	}
 	for _, c := range []struct {
 		m    memInfo
@@ -166,11 +166,16 @@ func TestCheckMemoryKillsTheBiggestContext(t *testing.T) {
 			{PID: 1, PGID: 1, UID: 4242, RSS: 1 << 30}, // another user's
 		}, nil
 	}
-	if v, killed := s.checkMemory(); killed {
-		t.Fatalf("killed %+v with 1 GiB available", v)
+	var g guard
+	if v, killed := s.checkMemory(&g); killed || g.near {
+		t.Fatalf("killed %+v with 1 GiB available (near: %v)", v, g.near)
 	}
-	mem.Available = 100 << 20 // below 1/16 of 2 GiB
-	v, killed := s.checkMemory()
+	mem.Available = 600 << 20 // within 3 reserves of 256 MiB: closer watch
+	if v, killed := s.checkMemory(&g); killed || !g.near {
+		t.Fatalf("killed %+v with 600 MiB available (near: %v)", v, g.near)
+	}
+	mem.Available = 200 << 20 // below the reserve, 1/8 of 2 GiB
+	v, killed := s.checkMemory(&g)
 	if !killed || v.Context != ctxs[1] || v.PGID != big {
 		t.Fatalf("victim = %+v, %v; want the big context", v, killed)
 	}
@@ -199,5 +204,53 @@ func TestKernelsRunUnderTheProcessLimit(t *testing.T) {
 	x = run(t, hs, map[string]any{"code": "ulimit -Su; ulimit -Hu", "language": "bash"})
 	if x.stdout() != "300\n300\n" {
 		t.Fatalf("bash: %v", x.events)
+	}
+}
+
+// While a victim is still exiting, the guard kills it again rather than a
+// second context; once the grace has passed with memory still short, it
+// picks the next.
+func TestCheckMemoryWaitsForItsVictim(t *testing.T) {
+	s, err := New(Config{RunDir: t.TempDir(), MemoryCheckInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.memInfo = func() (memInfo, error) { return memInfo{Total: 2 << 30, Available: 10 << 20}, nil }
+	procs := []procInfo{{PID: 50, PGID: 50, RSS: 10 << 20}, {PID: 60, PGID: 60, RSS: 300 << 20}}
+	s.procs = func() ([]procInfo, error) { return procs, nil }
+	var signalled []int
+	alive := map[int]bool{-50: true, -60: true}
+	s.signal = func(pid int, sig syscall.Signal) error {
+		signalled = append(signalled, pid)
+		if !alive[pid] {
+			return syscall.ESRCH
+		}
+		return nil
+	}
+	clock := time.Unix(1000, 0)
+	s.now = func() time.Time { return clock }
+	for _, pgid := range []int{50, 60} {
+		c, _ := s.newContext("python", "/")
+		c.k = &kernel{pid: pgid, done: make(chan struct{}), stop: make(chan struct{})}
+		c.k.killOnce.Do(func() {}) // a fake: its kill is the signal above
+	}
+	var g guard
+	if v, killed := s.checkMemory(&g); !killed || v.PGID != 60 {
+		t.Fatalf("first victim %+v, %v; want group 60", v, killed)
+	}
+	clock = clock.Add(killGrace / 2)
+	if v, killed := s.checkMemory(&g); killed || v.PGID != 60 {
+		t.Fatalf("within the grace: %+v, %v; want group 60 killed again, no new victim", v, killed)
+	}
+	if got := signalled[len(signalled)-1]; got != -60 {
+		t.Fatalf("signalled %v", signalled)
+	}
+	// Gone, within the grace: the next one is chosen (its memory is
+	// what is still short).
+	alive[-60] = false
+	procs = procs[:1]
+	if v, killed := s.checkMemory(&g); !killed || v.PGID != 50 {
+		t.Fatalf("after the first victim exited: %+v, %v; want group 50", v, killed)
 	}
 }

@@ -44,6 +44,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envd/users"
@@ -115,11 +116,12 @@ type Config struct {
 	// Default 512; negative leaves the limit as inherited.
 	MaxUserProcesses int
 	// MemoryCheckInterval is how often the memory guard reads the guest's
-	// memory; default 250 ms; negative turns the guard off.
+	// memory (every 10 ms once it runs low); default 100 ms; negative
+	// turns the guard off.
 	MemoryCheckInterval time.Duration
 	// MemoryReserve is the available memory (bytes) below which the guard
-	// kills the kernel that holds the most; default 1/16 of the guest's
-	// memory, at least 48 MiB.
+	// kills the kernel that holds the most; default 1/8 of the guest's
+	// memory, at least 64 MiB.
 	MemoryReserve uint64
 	// ProcDir is the proc file system the guard reads; default /proc.
 	ProcDir string
@@ -142,6 +144,8 @@ type Server struct {
 	// The memory guard's view of the guest (fakes in tests).
 	memInfo func() (memInfo, error)
 	procs   func() ([]procInfo, error)
+	signal  func(pid int, sig syscall.Signal) error
+	now     func() time.Time
 }
 
 // New prepares a server; Start its default context with StartDefault.
@@ -180,7 +184,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxUserProcesses = 512
 	}
 	if cfg.MemoryCheckInterval == 0 {
-		cfg.MemoryCheckInterval = 250 * time.Millisecond
+		cfg.MemoryCheckInterval = 100 * time.Millisecond
 	}
 	if cfg.ProcDir == "" {
 		cfg.ProcDir = "/proc"
@@ -221,6 +225,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, runDir: dir, bridgePath: bridge, contexts: map[string]*execContext{}, defaults: map[string]string{}, done: make(chan struct{})}
 	s.memInfo = func() (memInfo, error) { return readMemInfo(filepath.Join(cfg.ProcDir, "meminfo")) }
 	s.procs = func() ([]procInfo, error) { return readProcs(cfg.ProcDir) }
+	s.signal = syscall.Kill
+	s.now = time.Now
 	if cfg.MemoryCheckInterval > 0 {
 		go s.guardMemory()
 	}
