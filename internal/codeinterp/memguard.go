@@ -52,6 +52,22 @@ type victim struct {
 type guardGroup struct {
 	c    *execContext
 	pgid int
+	busy bool // a cell runs
+}
+
+// busyVictim is the one group whose context runs a cell, if exactly one
+// does: under pressure that cell is what allocates, and killing it needs
+// no walk of /proc, which takes seconds when a fork bomb keeps gVisor's
+// sentry busy (measured: the sandbox died before a walk ended).
+func busyVictim(groups []guardGroup) (victim, bool) {
+	var v victim
+	n := 0
+	for _, g := range groups {
+		if g.busy {
+			v, n = victim{Context: g.c, PGID: g.pgid}, n+1
+		}
+	}
+	return v, n == 1
 }
 
 // chooseVictim picks what to kill: the group among groups whose processes
@@ -269,16 +285,22 @@ func (s *Server) checkMemory(g *guard) (victim, bool) {
 	if g.last.Bytes > 0 && s.now().Before(g.lastUntil) && s.killVictim(g.last) {
 		return g.last, false
 	}
-	procs, err := s.procs()
-	if err != nil {
-		return victim{}, false
-	}
-	uid := s.uid()
-	v, ok := chooseVictim(procs, s.kernelGroups(), uid, uid != uint32(os.Getuid()))
+	groups := s.kernelGroups()
+	v, ok := busyVictim(groups)
 	if !ok {
-		return victim{}, false
+		procs, err := s.procs()
+		if err != nil {
+			return victim{}, false
+		}
+		uid := s.uid()
+		if v, ok = chooseVictim(procs, groups, uid, uid != uint32(os.Getuid())); !ok {
+			return victim{}, false
+		}
 	}
-	msg := fmt.Sprintf(outOfMemoryReason+" (%d MiB available of %d MiB): Warren killed this context's kernel, which held %d MiB; its state is lost", m.Available>>20, m.Total>>20, v.Bytes>>20)
+	msg := fmt.Sprintf(outOfMemoryReason+" (%d MiB available of %d MiB): Warren killed this context's kernel, the one running a cell; its state is lost", m.Available>>20, m.Total>>20)
+	if v.Bytes > 0 {
+		msg = fmt.Sprintf(outOfMemoryReason+" (%d MiB available of %d MiB): Warren killed this context's kernel, which held %d MiB; its state is lost", m.Available>>20, m.Total>>20, v.Bytes>>20)
+	}
 	if v.Context != nil {
 		s.cfg.Log.Warn("codeinterp: low memory: killing a context's kernel", "context", v.Context.ID, "pgid", v.PGID, "rss", v.Bytes, "available", m.Available)
 		v.Context.killKernel(v.PGID, msg)
@@ -287,6 +309,7 @@ func (s *Server) checkMemory(g *guard) (victim, bool) {
 	}
 	s.killVictim(v)
 	g.last, g.lastUntil = v, s.now().Add(killGrace)
+	g.last.Bytes = max(v.Bytes, 1) // a victim, even if its size is unknown
 	return v, true
 }
 
@@ -312,7 +335,7 @@ func (s *Server) kernelGroups() []guardGroup {
 	for _, c := range cs {
 		c.mu.Lock()
 		if c.k != nil {
-			out = append(out, guardGroup{c: c, pgid: c.k.pid})
+			out = append(out, guardGroup{c: c, pgid: c.k.pid, busy: len(c.turn) > 0})
 		}
 		c.mu.Unlock()
 	}

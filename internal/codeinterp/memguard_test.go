@@ -47,6 +47,21 @@ func TestChooseVictim(t *testing.T) {
 	}
 }
 
+func TestBusyVictim(t *testing.T) {
+	a, b, c := &execContext{ID: "a"}, &execContext{ID: "b"}, &execContext{ID: "c"}
+	groups := []guardGroup{{c: a, pgid: 1}, {c: b, pgid: 2, busy: true}, {c: c, pgid: 3}}
+	if v, ok := busyVictim(groups); !ok || v.Context != b || v.PGID != 2 {
+		t.Fatalf("busyVictim = %+v, %v; want b, the one running a cell", v, ok)
+	}
+	groups[2].busy = true // two cells run: which allocates is for /proc to say
+	if v, ok := busyVictim(groups); ok {
+		t.Fatalf("busyVictim = %+v with two busy contexts", v)
+	}
+	if v, ok := busyVictim(groups[:1]); ok {
+		t.Fatalf("busyVictim = %+v with none busy", v)
+	}
+}
+
 func TestUnderPressureAndReserve(t *testing.T) {
 	const total = 2048 << 20
 	if r := defaultReserve(total); r != 256<<20 {

@@ -196,6 +196,8 @@ function pidsCgroup(id) {
   throw new Error(`no pids cgroup of sandbox ${id}`)
 }
 const readNumber = (file) => Number(readFileSync(file, 'utf8').trim())
+// guestProcesses counts the processes in sandbox s, as root.
+const guestProcesses = async (s) => Number((await s.commands.run('ls -d /proc/[0-9]* | wc -l', { user: 'root', timeoutMs: 30_000 })).stdout.trim())
 // hostTasks is the number of tasks (threads) on the host.
 const hostTasks = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[3].split('/')[1])
 
@@ -213,6 +215,7 @@ test.each([
     const limit = readNumber(`${cg}/pids.max`)
     const idle = readNumber(`${cg}/pids.current`)
     const hostBefore = hostTasks()
+    const guestIdle = await guestProcesses(bomb)
     const ctx = await bomb.createCodeContext({ language })
     // The bash cell returns at once (its bomb goes on in the
     // background); the Python one runs until its timeoutMs interrupts it,
@@ -234,13 +237,18 @@ test.each([
     expect((await sbx.runCode('"elsewhere"', { timeoutMs: 60_000 })).text).toBe('elsewhere')
 
     // The bomb's code interpreter answers: restarting the context kills
-    // its process group, bomb and all.
+    // its process group, bomb and all. Counted inside the sandbox: under
+    // runsc (systrap) the host tasks of exited guest processes stay with
+    // the sentry for reuse (measured: 1112 host tasks 16 s after the
+    // restart, 6 guest processes), bounded by the pids limit above.
+    const restarted = Date.now()
     await bomb.restartCodeContext(ctx)
-    let now = peak
-    for (const end = Date.now() + 60_000; Date.now() < end && now > idle + 50; await sleep(250)) {
-      now = readNumber(`${cg}/pids.current`)
+    let now = Infinity
+    for (const end = Date.now() + 60_000; Date.now() < end && now > guestIdle + 10; await sleep(250)) {
+      now = await guestProcesses(bomb)
     }
-    expect(now, 'the bomb is gone').toBeLessThanOrEqual(idle + 50)
+    console.log(`${language} fork bomb: ${guestIdle} guest processes idle, ${now} ${Date.now() - restarted} ms after the restart began`)
+    expect(now, 'the bomb is gone').toBeLessThanOrEqual(guestIdle + 10)
     const after = await bomb.runCode(language === 'bash' ? 'echo calm' : '"calm"', { context: ctx, timeoutMs: 60_000 })
     expect(language === 'bash' ? after.logs.stdout.join('') : after.text).toMatch(/^calm\n?$/)
     expect((await bomb.runCode('2 + 2', { timeoutMs: 60_000 })).text).toBe('4')
