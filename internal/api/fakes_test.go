@@ -58,6 +58,7 @@ type fakeSandboxes struct {
 	pause   func(teamID, id string, memory bool) (bool, error)
 	resume  func(teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
 	fork    func(teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	connect func(teamID, id string) (store.Sandbox, bool, error)
 	last    []any
 	get     func(teamID, id string) (store.Sandbox, error)
 	update  func(teamID, id string, u sandbox.NetworkUpdate) error
@@ -132,6 +133,9 @@ func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, timeout ti
 	f.mu.Lock()
 	f.last = []any{teamID, id, timeout, memory}
 	f.mu.Unlock()
+	if f.connect != nil {
+		return f.connect(teamID, id)
+	}
 	return store.Sandbox{ID: "sbx1"}, false, nil
 }
 
@@ -347,3 +351,16 @@ func errorBody(t *testing.T, w *httptest.ResponseRecorder) (code int, message st
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+func (f *fakeTemplates) CreateFromDockerfile(context.Context, string, template.RebuildRequest) (template.TemplateInfo, error) {
+	f.called("CreateFromDockerfile")
+	return template.TemplateInfo{}, f.err
+}
+
+func (f *fakeTemplates) SetPublic(_ context.Context, teamID, ref string, public bool) (store.Template, error) {
+	f.called("SetPublic")
+	f.mu.Lock()
+	f.last = []any{teamID, ref, public}
+	f.mu.Unlock()
+	return store.Template{ID: "tpl1", TeamID: teamID, Names: []string{"app"}, Public: public}, f.err
+}
