@@ -65,7 +65,7 @@ func runKeys(ctx context.Context, args []string) error {
 		if fs.NArg() != 1 {
 			return errors.New(keysUsage)
 		}
-		if err := s.DeleteKey(ctx, fs.Arg(0)); err != nil {
+		if err := s.DeleteKey(ctx, auth.DefaultTeamID, fs.Arg(0)); err != nil {
 			return err
 		}
 		fmt.Println("revoked", fs.Arg(0))

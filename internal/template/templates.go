@@ -686,6 +686,69 @@ func builtinName(name string) bool {
 	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID
 }
 
+// dockerfileSpec is the build a Dockerfile request asks for. COPY and ADD
+// need files uploaded by the SDK's flow, which these requests have no
+// room for, so they are refused.
+func dockerfileSpec(req RebuildRequest) (buildspec.Spec, error) {
+	spec, err := dockerfile.Parse(req.Dockerfile)
+	if err != nil {
+		return buildspec.Spec{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	for i, st := range spec.Steps {
+		if st.Type == "COPY" {
+			return buildspec.Spec{}, fmt.Errorf("%w: step %d: COPY/ADD need the build context's files, which this endpoint cannot receive: build with the SDK or `warren template build`", ErrInvalid, i+1)
+		}
+	}
+	if req.StartCmd != nil {
+		spec.StartCmd = *req.StartCmd
+	}
+	if req.ReadyCmd != nil {
+		spec.ReadyCmd = *req.ReadyCmd
+	}
+	if spec.StartCmd == "" {
+		spec.ReadyCmd = ""
+	}
+	return spec, nil
+}
+
+// CreateFromDockerfile is E2B's first template call (POST /templates):
+// the team's template named req.Alias, made if it is new, and a build of
+// it from the Dockerfile, started at once. The request is checked whole
+// before anything is made.
+func (b *Builder) CreateFromDockerfile(ctx context.Context, teamID string, req RebuildRequest) (TemplateInfo, error) {
+	if req.Alias == "" {
+		return TemplateInfo{}, fmt.Errorf("%w: alias is required: Warren's templates are started by name", ErrInvalid)
+	}
+	spec, err := dockerfileSpec(req)
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return TemplateInfo{}, err
+	}
+	c, err := b.Create(ctx, CreateRequest{TeamID: teamID, Name: req.Alias, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB})
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	if err := b.StartBuild(ctx, teamID, c.Template.ID, c.BuildID, spec); err != nil {
+		return TemplateInfo{}, err
+	}
+	return b.Get(ctx, teamID, c.Template.ID)
+}
+
+// SetPublic publishes (every team may start sandboxes from it) or
+// unpublishes one of the team's templates.
+func (b *Builder) SetPublic(ctx context.Context, teamID, ref string, public bool) (store.Template, error) {
+	t, _, err := b.owned(ctx, teamID, ref)
+	if err != nil {
+		return store.Template{}, err
+	}
+	return b.cfg.Store.UpdateTemplate(ctx, t.ID, func(x *store.Template) error {
+		x.Public, x.UpdatedAt = public, time.Now()
+		return nil
+	})
+}
+
 // RebuildRequest is POST /templates/{templateID}: a new build of the
 // team's template from a Dockerfile.
 type RebuildRequest struct {
@@ -702,23 +765,9 @@ type RebuildRequest struct {
 // COPY and ADD need files uploaded by the SDK's flow, which this request
 // has no room for, so they are refused.
 func (b *Builder) Rebuild(ctx context.Context, teamID, templateID string, req RebuildRequest) (TemplateInfo, error) {
-	spec, err := dockerfile.Parse(req.Dockerfile)
+	spec, err := dockerfileSpec(req)
 	if err != nil {
-		return TemplateInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	for i, st := range spec.Steps {
-		if st.Type == "COPY" {
-			return TemplateInfo{}, fmt.Errorf("%w: step %d: COPY/ADD need the build context's files, which this endpoint cannot receive: build with the SDK or `warren template build`", ErrInvalid, i+1)
-		}
-	}
-	if req.StartCmd != nil {
-		spec.StartCmd = *req.StartCmd
-	}
-	if req.ReadyCmd != nil {
-		spec.ReadyCmd = *req.ReadyCmd
-	}
-	if spec.StartCmd == "" {
-		spec.ReadyCmd = ""
+		return TemplateInfo{}, err
 	}
 	if err := b.checkResources(req.CPUCount, req.MemoryMB); err != nil {
 		return TemplateInfo{}, err
