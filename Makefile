@@ -76,9 +76,13 @@ bench: deps build setup
 # with TLS, :443) and prints the exports the E2B SDK needs. Ctrl-C stops
 # it; sandboxes keep running and the next start adopts them.
 # PROXY_TLS_ADDR= (empty) runs without the HTTPS proxy.
+# It serves as soon as the runtimes and base are there: the server builds
+# code-interpreter-v1 in the background (its creates get 503 until then;
+# docs/operating.md).
 PROXY_TLS_ADDR ?= 127.0.0.1:443
-run: deps build setup
-	$(BIN)/warren serve $(if $(PROXY_TLS_ADDR),--proxy-tls-addr $(PROXY_TLS_ADDR))
+run: deps build
+	$(BIN)/warren setup --code-interpreter=false
+	$(BIN)/warren serve --build-code-interpreter $(if $(PROXY_TLS_ADDR),--proxy-tls-addr $(PROXY_TLS_ADDR))
 
 clean:
 	rm -rf $(BIN)

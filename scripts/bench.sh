@@ -35,6 +35,10 @@ echo "## templates through the E2B SDK (builds and the sandboxes they start; rea
 (cd test/e2e && node bench/templates.mjs)
 
 echo
+echo "## a template with a start command: create → first command, restored cold vs claimed from its warm pool (SDK, real warren serve, runsc)"
+(cd test/e2e && node bench/startpool.mjs)
+
+echo
 echo "## pause/resume, snapshots and fork through the E2B SDK (real warren serve, runsc, pool 0)"
 (cd test/e2e && node bench/lifecycle.mjs)
 

@@ -31,8 +31,9 @@ apt_install bash coreutils procps iproute2 ca-certificates
 # `warren setup`), and busybox for the runtime tests' minimal root filesystem.
 apt_install runc busybox-static
 # internal/codeinterp's tests run real Jupyter kernels with Debian's Python
-# (the code-interpreter-v1 template has the same packages).
-apt_install python3-ipykernel python3-jupyter-client
+# and R, and TypeScript cells with Debian's tsc (the code-interpreter-v1
+# template has the same packages).
+apt_install python3-ipykernel python3-jupyter-client node-typescript r-base-core r-cran-irkernel
 
 # The SDK tests need Node ^20.19 or >= 22.12 (the engines of e2b 2.51.0 and
 # vite 7) with npm. Debian 12's own nodejs is 18, too old, so this only checks.

@@ -99,6 +99,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.PoolMaxMemoryMB, "pool-max-memory-mb", 0, "memory the warm pools' idle sandboxes may hold above their floors, each counted at what a started one was measured to hold; the pools grow with the create rate and batches (default: a quarter of the node's memory)")
 	fs.StringVar(&f.RegistryMirror, "registry-mirror", "", "registry asked instead of Docker Hub for docker.io images in template builds (host:port, or http://host:port)")
 	fs.IntVar(&f.BuildConcurrency, "build-concurrency", 2, "template builds that run at once; more wait")
+	fs.BoolVar(&f.BuildCodeInterpreter, "build-code-interpreter", false, "build the code-interpreter-v1 template (@e2b/code-interpreter's default) in the background while serving, if it is missing or of an old recipe (make run does; warren setup builds it before instead): until it is ready its creates get 503 saying so, and a failed build is logged and retried at the next start")
 	fs.Float64Var(&f.MemoryOvercommit, "memory-overcommit", sandbox.DefaultMemoryOvercommit, "sandboxes' memory (live, starting and warm) may add up to the node's memory times this (over: 503)")
 	fs.Float64Var(&f.CPUOvercommit, "cpu-overcommit", sandbox.DefaultCPUOvercommit, "sandboxes' CPUs may add up to the node's CPUs times this (over: 503)")
 	fs.Int64Var(&f.DiskReserveMB, "disk-reserve-mb", 2048, "free MB the data dir's file system keeps: below it, sandbox creates, template builds and uploads get 507")

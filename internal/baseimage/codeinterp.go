@@ -23,15 +23,25 @@ const CodeInterpreterID = "code-interpreter-v1"
 // codeInterpreterRecipe names the recipe below; change it whenever the
 // recipe changes. The template's layer ID also names the base layer it
 // sits on, so a new base makes a new one.
-const codeInterpreterRecipe = "ci-v1"
+const codeInterpreterRecipe = "ci-v2"
 
 // codeInterpreterPackages are what a data-analysis agent expects, from
 // Debian only (no PyPI): Jupyter's kernel and client for envd's code
-// interpreter (internal/codeinterp), and the usual libraries.
+// interpreter (internal/codeinterp), the usual Python libraries, the
+// TypeScript compiler for TypeScript contexts (Node is in base) and R with
+// IRkernel for R contexts. R and its kernel add about 60 MB, TypeScript
+// about 65 MB, the libraries past numpy/pandas/matplotlib about 70 MB
+// (docs/performance.md).
 var codeInterpreterPackages = []string{
 	"python3-ipykernel", "python3-jupyter-client",
 	"python3-numpy", "python3-pandas", "python3-matplotlib", "python3-pil",
-	"python3-openpyxl", "python3-requests", "fonts-dejavu-core",
+	"python3-scipy", "python3-sklearn", "python3-seaborn", "python3-statsmodels",
+	"python3-networkx", "python3-sympy",
+	"python3-openpyxl", "python3-xlrd", "python3-xlsxwriter",
+	"python3-bs4", "python3-lxml", "python3-requests", "python3-yaml",
+	"python3-tabulate", "python3-tqdm", "fonts-dejavu-core",
+	"node-typescript",
+	"r-base-core", "r-cran-irkernel",
 }
 
 // EnsureCodeInterpreter builds the code-interpreter-v1 template on top of
@@ -141,8 +151,14 @@ func buildCodeInterpreter(ctx context.Context, dir string, lowers []string, opts
 	if err := os.WriteFile(marker, []byte("# envd serves the code interpreter on port 49999 (Warren)\n"), 0o644); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(root, "usr/share/jupyter/kernels/python3/kernel.json")); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("baseimage: %s has no python3 Jupyter kernel after the install", CodeInterpreterID)
+	for what, path := range map[string]string{
+		"python3 Jupyter kernel": "usr/share/jupyter/kernels/python3/kernel.json",
+		"IRkernel":               "usr/lib/R/site-library/IRkernel/DESCRIPTION",
+		"TypeScript compiler":    "usr/share/nodejs/typescript/package.json",
+	} {
+		if _, err := os.Stat(filepath.Join(root, path)); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("baseimage: %s has no %s after the install (%s)", CodeInterpreterID, what, path)
+		}
 	}
 	return nil
 }

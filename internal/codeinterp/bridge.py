@@ -1,6 +1,7 @@
 # Warren's code-interpreter bridge: one per context. It starts one Jupyter
-# kernel (ipykernel) as its child, talks to it with
-# jupyter_client over IPC sockets in the context's private directory, and
+# kernel (ipykernel, or IRkernel for R) as its child, talks to it with
+# jupyter_client over IPC sockets in the context's private directory (TCP on
+# loopback for IRkernel, which speaks no IPC), and
 # speaks JSON lines with envd's code-interpreter server (internal/codeinterp)
 # on stdin/stdout.
 #
@@ -82,7 +83,14 @@ def result_event(data, main):
     return ev
 
 
+def r_string(s):
+    """s as an R string literal: JSON's escapes are R's too."""
+    return json.dumps(s, ensure_ascii=False)
+
+
 class Kernel:
+    """A Python context: ipykernel."""
+
     def __init__(self, cwd, rundir):
         self.cwd = cwd
         self.rundir = rundir
@@ -90,14 +98,27 @@ class Kernel:
         self.client = None
         self.base_env = dict(os.environ)
 
+    def connection(self, conn):
+        write_connection_file(conn, ip=os.path.join(self.rundir, "k"), transport="ipc")
+
+    def argv(self, conn):
+        return [sys.executable, "-m", "ipykernel_launcher", "-f", conn]
+
+    def prepare(self):
+        """Runs once the kernel answers: Warren's e2b/data and e2b/chart
+        formatters (formatters.py, beside this file), in a namespace of
+        their own."""
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "formatters.py")
+        self.run_silent("exec(compile(open(%r).read(), %r, 'exec'), {'__name__': '__warren_formatters__'})" % (path, path))
+
     def start(self):
         conn = os.path.join(self.rundir, "kernel.json")
         for name in os.listdir(self.rundir):
             if name.startswith("k-") or name == "kernel.json":
                 os.unlink(os.path.join(self.rundir, name))
-        write_connection_file(conn, ip=os.path.join(self.rundir, "k"), transport="ipc")
+        self.connection(conn)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ipykernel_launcher", "-f", conn],
+            self.argv(conn),
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -118,10 +139,7 @@ class Kernel:
             tail = self.stderr_tail.decode("utf-8", "replace").strip()
             raise RuntimeError("the kernel did not start: %s%s" % (e, "; its stderr ended with: " + tail if tail else ""))
         self.client = kc
-        # Warren's e2b/data and e2b/chart formatters (formatters.py, beside
-        # this file), in a namespace of their own.
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "formatters.py")
-        self.run_silent("exec(compile(open(%r).read(), %r, 'exec'), {'__name__': '__warren_formatters__'})" % (path, path))
+        self.prepare()
 
     def wait_ready(self, kc, timeout):
         # Not kc.wait_for_ready: without a kernel manager it takes a
@@ -274,6 +292,35 @@ class Kernel:
             sys.exit(1)
 
 
+class RKernel(Kernel):
+    """An R context: IRkernel (Debian's r-cran-irkernel). IRkernel builds
+    its socket addresses as transport://ip:port, which fits TCP only: its
+    sockets are on loopback, their messages signed with the connection
+    file's key (in the context's private directory)."""
+
+    def connection(self, conn):
+        write_connection_file(conn, ip="127.0.0.1", transport="tcp")
+
+    def argv(self, conn):
+        return ["R", "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()", "--args", conn]
+
+    def prepare(self):
+        pass
+
+    def env_code(self, env):
+        return "Sys.setenv(%s)" % ", ".join("%s = %s" % (r_string(k), r_string(v)) for k, v in env.items())
+
+    def restore_env_code(self, env):
+        keep = {k: self.base_env[k] for k in env if k in self.base_env}
+        drop = [k for k in env if k not in self.base_env]
+        code = []
+        if keep:
+            code.append(self.env_code(keep))
+        if drop:
+            code.append("Sys.unsetenv(c(%s))" % ", ".join(r_string(k) for k in drop))
+        return "\n".join(code) or "invisible(NULL)"
+
+
 class BashShell:
     """A bash context: one long-lived bash that sources each cell, so that
     variables, functions and the working directory carry over. It shares
@@ -395,15 +442,16 @@ class BashShell:
 
 
 class NodeShell(BashShell):
-    """A JavaScript context: one long-lived Node process (jsrunner.js,
-    beside this file) that runs each cell in a persistent vm context. Its
+    """A JavaScript or TypeScript context: one long-lived Node process
+    (jsrunner.js, beside this file) that runs each cell in a persistent vm
+    context (a TypeScript cell compiled first). Its
     output is relayed, marked and interrupted like a bash context's; the
     cell's value or exception comes back in a file."""
 
     def start(self):
         runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jsrunner.js")
         self.proc = subprocess.Popen(
-            ["node", runner],
+            ["node", runner, self.language],
             cwd=self.cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -461,7 +509,8 @@ def read_ops(kernel, ops):
 
 def main():
     language, cwd, rundir = sys.argv[1], sys.argv[2], sys.argv[3]
-    if language not in ("python", "bash", "javascript"):
+    kinds = {"python": Kernel, "r": RKernel, "bash": BashShell, "javascript": NodeShell, "typescript": NodeShell}
+    if language not in kinds:
         emit({"type": "fatal", "message": "unsupported language %r" % language})
         return 1
     if not os.path.isdir(cwd):
@@ -469,7 +518,8 @@ def main():
         return 1
     # An interrupt of a bash cell is SIGINT to this process group.
     signal.signal(signal.SIGINT, lambda *_: None)
-    kernel = {"bash": BashShell, "javascript": NodeShell}.get(language, Kernel)(cwd, rundir)
+    kernel = kinds[language](cwd, rundir)
+    kernel.language = language
     try:
         kernel.start()
     except Exception as e:

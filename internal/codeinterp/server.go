@@ -2,17 +2,19 @@
 // 49999 of a code-interpreter sandbox that E2B's `@e2b/code-interpreter`
 // SDKs talk to (GET /health, POST /execute streaming JSON lines, /contexts).
 //
-// Each context is one Jupyter kernel (ipykernel) started by a small Python
-// bridge of Warren's own (bridge.py, embedded here and written into a
-// root-owned directory at start, with formatters.py: the IPython
-// formatters of E2B's e2b/data and e2b/chart results) that speaks Jupyter's messaging protocol
-// with Debian's jupyter_client and JSON lines with this server over its
-// stdin and stdout. A bridge rather than ZeroMQ from Go: jupyter_client is
-// the protocol's reference client and is packaged by Debian, while Go's
+// A Python or R context is one Jupyter kernel (ipykernel, IRkernel)
+// started by a small Python bridge of Warren's own (bridge.py, embedded
+// here and written into a root-owned directory at start, with
+// formatters.py: the IPython formatters of E2B's e2b/data and e2b/chart
+// results) that speaks Jupyter's messaging protocol with Debian's
+// jupyter_client and JSON lines with this server over its stdin and
+// stdout. A bridge rather than ZeroMQ from Go: jupyter_client is the
+// protocol's reference client and is packaged by Debian, while Go's
 // ZeroMQ libraries are either cgo (no static envd) or young; the bridge
 // costs one small process per context. A bash context is one long-lived
-// bash, a JavaScript context one long-lived Node (jsrunner.js), each
-// behind the same bridge and protocol.
+// bash, a JavaScript or TypeScript context one long-lived Node
+// (jsrunner.js; TypeScript compiled by Debian's tsc, types stripped as
+// E2B's kernel does), each behind the same bridge and protocol.
 //
 // envd runs this server in-process (cmd/envd) when the sandbox's image has
 // the marker file MarkerPath: envd holds the access token that /execute
@@ -274,7 +276,7 @@ func normalizeLanguage(l string) string {
 	return l
 }
 
-var supported = map[string]bool{"python": true, "bash": true, "javascript": true}
+var supported = map[string]bool{"python": true, "r": true, "bash": true, "javascript": true, "typescript": true}
 
 // execContext is one context: a kernel, started on demand, and the turn
 // of its executions.
@@ -431,7 +433,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	language := normalizeLanguage(req.Language)
 	if !supported[language] {
-		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, bash, javascript)", req.Language))
+		plain(w, http.StatusBadRequest, fmt.Sprintf("Language %q is not supported (supported: python, r, javascript, typescript, bash)", req.Language))
 		return
 	}
 	cwd, err := s.checkCwd(req.Cwd)

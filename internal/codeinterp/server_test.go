@@ -518,3 +518,64 @@ func TestHealth(t *testing.T) {
 func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
+
+func TestTypeScriptCells(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	ts := func(c string) execution {
+		return run(t, hs, map[string]any{"code": c, "language": "ts"})
+	}
+	x := ts("interface P { n: number }\nconst p: P = { n: 40 }\nconsole.log('typed', p.n)\np.n + 2")
+	if x.text() != "42" || x.stdout() != "typed 40\n" {
+		t.Errorf("first cell: %v", x.events)
+	}
+	// State carries over; an import becomes a require.
+	if got := ts("import { basename } from 'path'\nconst q: string = basename('/a/b.txt');\n`${p.n} ${q}`").text(); got != "40 b.txt" {
+		t.Errorf("state and an import: %q", got)
+	}
+	// Types are stripped, not checked (E2B's TypeScript kernel does the same).
+	if got := ts("const s: number = 'not a number' as any\ns").text(); got != "not a number" {
+		t.Errorf("a mistyped value: %q", got)
+	}
+	x = ts("const bad: = 1")
+	if e := x.of("error"); len(e) != 1 || e[0].str("name") != "SyntaxError" || !strings.Contains(e[0].str("value"), "(1:12)") || !strings.Contains(e[0].str("traceback"), "TS1110") {
+		t.Errorf("a cell that does not parse: %v", x.events)
+	}
+	x = ts("function f(): never { throw new RangeError('out') }\nf()")
+	if e := x.of("error"); len(e) != 1 || e[0].str("name") != "RangeError" || e[0].str("value") != "out" || !strings.Contains(e[0].str("traceback"), "at f") {
+		t.Errorf("an exception: %v", x.events)
+	}
+	// A TypeScript context of its own is not the default one.
+	if got := run(t, hs, map[string]any{"code": "typeof p", "language": "javascript"}).text(); got != "undefined" {
+		t.Errorf("the JavaScript context sees the TypeScript one's state: %q", got)
+	}
+}
+
+func TestRCells(t *testing.T) {
+	if _, err := exec.LookPath("R"); err != nil {
+		t.Fatalf("the host lacks Debian's r-base-core and r-cran-irkernel (scripts/install-deps.sh installs them): %v", err)
+	}
+	_, hs := newTestServer(t, nil)
+	r := func(c string, env map[string]string) execution {
+		return run(t, hs, map[string]any{"code": c, "language": "r", "env_vars": env})
+	}
+	x := r("x <- 41\nprint('hi')\nx + 1", nil)
+	if got := x.of("result"); len(got) != 1 || got[0].str("text") != "[1] 42" || x.stdout() != "[1] \"hi\"\n" {
+		t.Errorf("first cell: %v", x.events)
+	}
+	// State, a per-run variable (with a quote in it) and the sandbox's.
+	x = r("c(x, Sys.getenv('RUN_ONLY'), Sys.getenv('SANDBOX_WIDE'))", map[string]string{"RUN_ONLY": `a"b`})
+	if got := x.of("result"); len(got) != 1 || got[0].str("text") != `[1] "41"   "a\"b" "yes" ` {
+		t.Errorf("state and env: %v", x.events)
+	}
+	if got := r("Sys.getenv('RUN_ONLY', unset = 'gone')", nil).of("result"); len(got) != 1 || got[0].str("text") != `[1] "gone"` {
+		t.Errorf("after the run: %v", got)
+	}
+	x = r("f <- function() stop('boom')\nf()", nil)
+	if e := x.of("error"); len(e) != 1 || e[0].str("name") != "ERROR" || !strings.Contains(e[0].str("value"), "boom") || !strings.Contains(e[0].str("traceback"), "f()") {
+		t.Errorf("an error: %v", x.events)
+	}
+	x = r("data.frame(a = 1:2, b = c('x', 'y'))", nil)
+	if got := x.of("result"); len(got) != 1 || !strings.Contains(got[0].str("html"), "<table") || !strings.Contains(got[0].str("text"), "a b") {
+		t.Errorf("a data.frame: %v", x.events)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -25,23 +26,41 @@ func (s *Store) Cleanup() error {
 
 // removeStaleBuilds removes layers/.build-<templateID> directories whose
 // template's build lock is free: a build that was interrupted. A build in
-// progress holds the lock and is left alone.
+// progress holds the lock and is left alone. A build's scratch dirs
+// beside it (<dir>.work, <dir>.root, where a layer built over others has
+// its overlay: BuildScratchSuffixes) go with it, under its lock, the
+// mounted root first.
 func (s *Store) removeStaleBuilds() error {
 	builds, _ := filepath.Glob(filepath.Join(s.dir, "layers", ".build-*"))
-	var errs []error
+	byTemplate := map[string][]string{}
 	for _, b := range builds {
 		tid := strings.TrimPrefix(filepath.Base(b), ".build-")
+		for _, suffix := range BuildScratchSuffixes {
+			tid = strings.TrimSuffix(tid, suffix)
+		}
+		byTemplate[tid] = append(byTemplate[tid], b)
+	}
+	var errs []error
+	for tid, dirs := range byTemplate {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // one non-blocking try
 		unlock, err := lockfile.Acquire(ctx, s.buildLock(tid))
 		if err != nil {
 			continue
 		}
-		errs = append(errs, mountinfo.RemoveTree(b))
+		// Longest first: the scratch dirs before the layer they overlay.
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			errs = append(errs, mountinfo.RemoveTree(d))
+		}
 		unlock()
 	}
 	return errors.Join(errs...)
 }
+
+// BuildScratchSuffixes are what a built-in template's build may add to
+// its build dir's name for dirs of its own beside it (removeStaleBuilds).
+var BuildScratchSuffixes = []string{".work", ".root"}
 
 // removeStaleTemps removes layers/.tmp-oci-*, .tmp-commit-* and
 // .tmp-pull-* dirs (and snapshots/.tmp-pull-*) that no unpack, commit or

@@ -47,6 +47,69 @@ func TestCleanupLeavesRunningBuild(t *testing.T) {
 	}
 }
 
+// A built-in template's build keeps scratch dirs beside its layer
+// (.build-<ID>.work and .build-<ID>.root, where its overlay is mounted:
+// internal/baseimage): they are the build's, under its lock, not
+// builds of templates "<ID>.work" and "<ID>.root". Left alone while the
+// build runs; once it is gone, unmounted and removed.
+func TestCleanupBuildScratchDirs(t *testing.T) {
+	s, _ := tinyStore(t)
+	layers := filepath.Join(s.Dir(), "layers")
+	build := filepath.Join(layers, ".build-busy")
+	dirs := []string{build, build + ".work", build + ".root"}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("tmpfs", build+".root", "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(build+".root", unix.MNT_DETACH) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	unlock, err := lockfile.Acquire(ctx, s.buildLock("busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a running build's %s was removed: %v", filepath.Base(d), err)
+		}
+	}
+	if !isMountPoint(t, build+".root") {
+		t.Fatalf("a running build's overlay was unmounted")
+	}
+	unlock()
+	if err := s.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("an interrupted build's %s is left: %v", filepath.Base(d), err)
+		}
+	}
+	locks, _ := filepath.Glob(filepath.Join(s.Dir(), ".busy.*.lock"))
+	if len(locks) > 0 {
+		t.Errorf("lock files of made-up templates: %v", locks)
+	}
+}
+
+func isMountPoint(t *testing.T, dir string) bool {
+	t.Helper()
+	var st, parent unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Dir(dir), &parent); err != nil {
+		t.Fatal(err)
+	}
+	return st.Dev != parent.Dev
+}
+
 func TestOCICleanupTemps(t *testing.T) {
 	s, _ := tinyStore(t)
 	stale := filepath.Join(s.Dir(), "layers", OCITempPrefix+"stale")

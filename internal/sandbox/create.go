@@ -105,6 +105,25 @@ func (m *Manager) nodeRequest(ctx context.Context, rec store.Sandbox) (node.Crea
 	return req, nil
 }
 
+// snapshotOf is where a sandbox of tmpl is restored from: its snapshot's
+// directory ("" for a template booted over its layers) and, for a
+// running sandbox's snapshot, the copy of its disk and that disk's size,
+// which the new sandbox's disk has.
+func (m *Manager) snapshotOf(tmpl *image.Template) (dir, diskImage string, diskMB int, err error) {
+	if tmpl.Snapshot == "" {
+		return "", "", 0, nil
+	}
+	dir = m.cfg.Images.SnapshotDir(tmpl.Snapshot)
+	if !tmpl.SnapshotDisk {
+		return dir, "", 0, nil
+	}
+	diskImage = filepath.Join(dir, node.SnapshotDiskName)
+	if diskMB, err = rootfs.DiskSizeMB(diskImage); err != nil {
+		return "", "", 0, fmt.Errorf("its snapshot's disk is gone: %v", err)
+	}
+	return dir, diskImage, diskMB, nil
+}
+
 // Create starts a sandbox, from the template's warm pool when it has one
 // ready, and returns its record.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, err error) {
@@ -151,10 +170,6 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		return store.Sandbox{}, err
 	}
 	tmpl := resolved.Image
-	snapshotDir := ""
-	if tmpl.Snapshot != "" {
-		snapshotDir = m.cfg.Images.SnapshotDir(tmpl.Snapshot)
-	}
 	res := m.cfg.Resources
 	if resolved.CPUCount > 0 {
 		res.CPUCount = resolved.CPUCount
@@ -162,14 +177,12 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	if resolved.MemoryMB > 0 {
 		res.MemoryMB = resolved.MemoryMB
 	}
-	diskImage := ""
-	if tmpl.SnapshotDisk {
-		diskImage = filepath.Join(snapshotDir, node.SnapshotDiskName)
-		size, err := rootfs.DiskSizeMB(diskImage)
-		if err != nil {
-			return store.Sandbox{}, fmt.Errorf("%w: %s: its snapshot's disk is gone: %v", ErrTemplateNotFound, req.TemplateID, err)
-		}
-		res.DiskSizeMB = size
+	snapshotDir, diskImage, diskMB, err := m.snapshotOf(tmpl)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("%w: %s: %v", ErrTemplateNotFound, req.TemplateID, err)
+	}
+	if diskImage != "" {
+		res.DiskSizeMB = diskMB
 	}
 	if err := m.withinNode(res); err != nil {
 		return store.Sandbox{}, err
@@ -203,9 +216,10 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	var inst *node.Instance
 	var token string // envd's token until /init replaces it
 	var w *warm
-	// Warm sandboxes started without mounts, and a running sandbox gets
-	// none added: a create with volumes starts cold.
-	if snapshotDir == "" && len(mounts) == 0 {
+	// A fork restores its snapshot cold: the snapshot is its own, gone
+	// once the fork ends, and the pool of the parent's template (whose ID
+	// its children carry) holds sandboxes of another image.
+	if !resolved.fork && startsWarm(tmpl, len(mounts)) {
 		w = m.claimWarm(tmpl, res)
 	}
 	if w != nil {

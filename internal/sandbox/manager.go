@@ -40,9 +40,11 @@
 // they have been paused longer than PausedRetention (the pause time is
 // recorded).
 //
-// Warm pools. Each template booted from its layers gets a pool of
-// sandboxes started ahead of demand, with a private envd token and no
-// store record, once it is created from; the templates in
+// Warm pools. Each template gets a pool of sandboxes started ahead of
+// demand (booted over its layers with a private envd token, or restored
+// from its start snapshot with the snapshot's token) and no store
+// record, once it is created from (save those that always start cold:
+// startsWarm); the templates in
 // Config.PoolTemplates have one from the start, never smaller than
 // PoolSize. A pool is sized from its template's recent create rate and
 // its largest recent batch of creates, bounded by a memory budget
@@ -223,6 +225,9 @@ type Template struct {
 	// CPUCount and MemoryMB, if not 0, replace Config.Resources'.
 	CPUCount int
 	MemoryMB int
+	// fork: Image is a fork's snapshot, restored only by that fork
+	// (never through a warm pool).
+	fork bool
 }
 
 // Manager runs sandboxes on one node. Its methods are safe for concurrent use.

@@ -36,12 +36,39 @@ type pool struct {
 	backoff    time.Duration
 }
 
-// warm is a started sandbox nobody has claimed yet.
+// warm is a started sandbox nobody has claimed yet: booted over its
+// template's layers, or restored from its template's snapshot.
 type warm struct {
 	inst   *node.Instance
-	token  string   // envd's private token until /init
+	token  string   // envd's token until /init: a private one, or the snapshot's
 	layers []string // the template's layers it was started from
-	res    Resources
+	// snapshot is the template's snapshot it was restored from, "" for
+	// one booted: a rebuilt template's start snapshot has a new ID.
+	snapshot string
+	res      Resources
+}
+
+// startsWarm says whether a create of tmpl with these volume mounts may
+// take a warm sandbox (and so whether tmpl's pool is kept). Two kinds
+// always start cold:
+//   - a create with volume mounts: a warm sandbox started without them
+//     cannot get a mount added once it runs;
+//   - a template restored from a snapshot of a sandbox that had volumes
+//     mounted (SnapshotMounts): its restore needs those team volumes
+//     mounted, and a warm sandbox would hold a team's volume mounted, and
+//     the volume pinned, before any create of the team asked for it.
+//
+// Snapshots without volumes are pooled: a build's start snapshot
+// (running servers, kernels), and a running sandbox's snapshot used as a
+// template, which many creates restore the same way. A fork's snapshot
+// is not a template (Template.fork): it lives only while its fork runs.
+func startsWarm(tmpl *image.Template, mounts int) bool {
+	return mounts == 0 && len(tmpl.SnapshotMounts) == 0
+}
+
+// matches says whether w was started from tmpl as it is now, with res.
+func (w *warm) matches(tmpl *image.Template, res Resources) bool {
+	return w.res == res && w.snapshot == tmpl.Snapshot && slices.Equal(w.layers, tmpl.Layers)
 }
 
 // newPoolLocked adds a pool for a template and starts its filler. The
@@ -94,10 +121,13 @@ func (m *Manager) claimWarm(tmpl *image.Template, res Resources) *warm {
 		default:
 			return nil
 		}
-		if w.res == res && slices.Equal(w.layers, tmpl.Layers) {
+		if w.matches(tmpl, res) {
 			return w
 		}
-		m.discard(w.inst) // the template was rebuilt, or asks other resources, since
+		// The template was rebuilt (new layers, or a new start
+		// snapshot), or asks other resources, since.
+		m.log.Debug("stale warm sandbox discarded", "sandbox", w.inst.ID, "template", tmpl.ID, "snapshot", w.snapshot, "now", tmpl.Snapshot)
+		m.discard(w.inst)
 	}
 }
 
@@ -286,6 +316,11 @@ func (p *pool) startOne(ctx context.Context) {
 			p.held.add(heldMB)
 		}
 	} else if ctx.Err() == nil {
+		if p.tmpl == tmpl {
+			// Perhaps replaced since (a rebuilt template's old snapshot
+			// removed): the next start reads the template anew.
+			p.tmpl = nil
+		}
 		m.log.Warn("starting a warm sandbox failed", "template", p.templateID, "err", err, "retry_in", p.backoff)
 		p.retryAt = time.Now().Add(p.backoff)
 		p.backoff = min(2*p.backoff, 30*time.Second)
@@ -315,30 +350,48 @@ func (p *pool) start(ctx context.Context, tmpl *image.Template, r Resources) (*w
 			return nil, err
 		}
 	}
+	if !startsWarm(tmpl, 0) {
+		return nil, fmt.Errorf("sandbox: template %s restores a snapshot with volumes, which is never started warm", tmpl.ID)
+	}
 	layers, err := m.cfg.Images.LayerDirs(tmpl)
 	if err != nil {
 		return nil, err
 	}
-	token := newToken()
 	tr := steptrace.New()
 	ctx = steptrace.With(ctx, tr)
-	inst, err := m.cfg.Node.Create(ctx, node.CreateRequest{
+	req := node.CreateRequest{
 		ID: NewID(), Layers: layers, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB, DiskSizeMB: r.DiskSizeMB,
-		AccessToken: token, User: tmpl.User, Workdir: tmpl.Workdir,
+		AccessToken: newToken(), User: tmpl.User, Workdir: tmpl.Workdir,
 		// It yields the CPU to the sandboxes in use (among them, the one
 		// whose claim made this refill) until a create claims it.
 		Background: true,
-	})
+	}
+	var inst *node.Instance
+	if tmpl.Snapshot != "" {
+		// Restored as a cold create of the template is (createFrom): its
+		// envd keeps the snapshot's token until the claim's /init.
+		dir, diskImage, diskMB, serr := m.snapshotOf(tmpl)
+		if serr != nil {
+			return nil, serr
+		}
+		if diskImage != "" {
+			r.DiskSizeMB = diskMB // as createFrom counts it, so that a claim matches
+		}
+		req.AccessToken, req.DiskImage = tmpl.SnapshotToken, diskImage
+		inst, err = m.cfg.Node.Restore(ctx, req, dir)
+	} else {
+		inst, err = m.cfg.Node.Create(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := warmUp(ctx, inst, token, tmpl.User, m.warmTransport); err != nil {
+	if err := warmUp(ctx, inst, req.AccessToken, tmpl.User, m.warmTransport); err != nil {
 		m.discard(inst)
 		return nil, err
 	}
 	tr.Mark("warm-up")
-	m.log.Debug("warm sandbox ready", "sandbox", inst.ID, "template", p.templateID, "steps", tr.String())
-	return &warm{inst: inst, token: token, layers: tmpl.Layers, res: r}, nil
+	m.log.Debug("warm sandbox ready", "sandbox", inst.ID, "template", p.templateID, "snapshot", tmpl.Snapshot, "steps", tr.String())
+	return &warm{inst: inst, token: req.AccessToken, layers: tmpl.Layers, snapshot: tmpl.Snapshot, res: r}, nil
 }
 
 // drain removes the ready warm sandboxes; the filler and its starts have

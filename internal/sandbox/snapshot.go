@@ -125,7 +125,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 	req := childRequest(parent, timeout)
 	img := snap.Image
 	img.ID, img.Snapshot = parent.TemplateID, snapID
-	resolved := Template{ID: parent.TemplateID, Alias: parent.Alias, Image: &img, CPUCount: parent.CPUCount, MemoryMB: parent.MemoryMB}
+	resolved := Template{ID: parent.TemplateID, Alias: parent.Alias, Image: &img, CPUCount: parent.CPUCount, MemoryMB: parent.MemoryMB, fork: true}
 	out := make([]ForkResult, count)
 	sem := make(chan struct{}, forkConcurrency)
 	var wg sync.WaitGroup

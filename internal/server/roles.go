@@ -72,6 +72,9 @@ func checkRole(cfg *Config) (*clusterParts, error) {
 	if cfg.Role == RoleAPI && cfg.NodeAddr != "" {
 		return nil, errors.New("--node-addr is for --role node")
 	}
+	if cfg.Role == RoleAPI && cfg.BuildCodeInterpreter {
+		return nil, errors.New("--build-code-interpreter is for --role all or node: templates are built where sandboxes run")
+	}
 	secretBytes, err := cluster.LoadSecret(cfg.ClusterSecretFile)
 	if err != nil {
 		return nil, err

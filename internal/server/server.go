@@ -114,6 +114,11 @@ type Config struct {
 	// or X-Forwarded-For says who the client is (internal/clientaddr);
 	// none: every TCP peer is the client.
 	TrustedProxies clientaddr.Prefixes
+	// BuildCodeInterpreter builds the code-interpreter-v1 template in the
+	// background while serving, when it is missing or of an old recipe
+	// (setup.Background; `make run` does this rather than wait for it in
+	// `warren setup`). Roles all and node.
+	BuildCodeInterpreter bool
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -223,8 +228,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// A template built on another node is pulled from it.
 		pull = (&imagepeer.Puller{Images: images, Transport: noderpc.NewTransport(cl.auth), Addr: nodeAddr(st)}).Pull
 	}
+	var ciBuild *setup.Background
+	var pending func(string) string
+	if cfg.BuildCodeInterpreter {
+		ciBuild = setup.NewCodeInterpreterBuild(images, log)
+		pending = ciBuild.Pending
+	}
 	builder, err := template.New(template.Config{
-		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Pull: pull, Concurrency: cfg.BuildConcurrency,
+		Store: st, Images: images, Node: n, NodeName: cfg.NodeName, Pull: pull, Concurrency: cfg.BuildConcurrency, Pending: pending,
 		RegistryMirror: cfg.RegistryMirror, InsecureRegistries: cfg.InsecureRegistries,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, BuildDiskMB: cfg.BuildDiskMB, Logger: log,
 		Observer: met, ImageRemoved: func(id string) { mgr.ForgetTemplate(id) }, Sealer: sealer,
@@ -307,6 +318,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer builder.Close()
+	// After the manager's start, whose image store cleanup removed what
+	// an interrupted build left; stopped, and its overlay and directory
+	// removed, before the server returns.
+	if ciBuild != nil {
+		buildCtx, stopBuild := context.WithCancel(ctx)
+		ciBuild.Start(buildCtx)
+		defer func() {
+			stopBuild()
+			ciBuild.Wait()
+		}()
+		log.Info("building a built-in template in the background: its creates get 503 until it is ready", "template", baseimage.CodeInterpreterID)
+	}
 	if live, _ := mgr.Count(); live > 0 {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}
@@ -349,6 +372,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("warren is serving", "api", "http://"+ls.api.Addr().String(), "proxy", "http://"+ls.proxy.Addr().String(),
 		"proxy_tls", tlsAddrs(ls.tls), "metrics", metricsURL, "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
 	printExports(out, cfg, ls.api.Addr(), ls.proxy.Addr(), creds, ls.tls, certs)
+	if ciBuild != nil {
+		if state, _, _ := ciBuild.State(); state == setup.BuildBuilding {
+			fmt.Fprintf(out, "\nThe %s template (@e2b/code-interpreter's default) is being built in the background (a few minutes on a fresh machine):\nits creates get 503 until the log says \"built-in template ready\"; base and other templates are served now.\n", baseimage.CodeInterpreterID)
+		}
+	}
 	return serveUntil(ctx, log, srvs)
 }
 

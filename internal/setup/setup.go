@@ -13,6 +13,11 @@
 // place, so a second run takes well under a second. Each step is also safe
 // against a concurrent run (lock files), and an interrupted run leaves
 // nothing that a later run mistakes for complete.
+//
+// Background builds the code-interpreter-v1 template while `warren serve
+// --build-code-interpreter` serves (what `make run` does, so that base is
+// usable without waiting for it), with a state that tells a create of it
+// why it is not there yet.
 package setup
 
 import (
@@ -154,7 +159,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) error {
 		if !opts.CodeInterpreter {
 			return
 		}
-		say("code-interpreter-v1 template (Jupyter, numpy, pandas, matplotlib)")
+		say("code-interpreter-v1 template (Jupyter, the Python data libraries, TypeScript, R)")
 		t, err = baseimage.EnsureCodeInterpreter(ctx, store, baseimage.Options{Mirror: opts.Mirror}, w)
 		if err != nil {
 			fail(fmt.Errorf("setup: code-interpreter-v1 template: %w", err))

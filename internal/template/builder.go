@@ -134,7 +134,12 @@ type Config struct {
 	// ImageRemoved, if set, is told of each build image a template's
 	// delete removes (the sandbox manager drops its warm pool).
 	ImageRemoved func(imageID string)
-	Logger       *slog.Logger
+	// Pending, if set, explains why a built-in template this node has
+	// not got is not there yet (a build of it under way, or failed: see
+	// setup.Background), which a create of it is told; "" means nothing
+	// is building it.
+	Pending func(name string) string
+	Logger  *slog.Logger
 }
 
 // Builder keeps templates and runs their builds. Its methods are safe for

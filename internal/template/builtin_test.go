@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
@@ -42,6 +43,36 @@ func TestCodeInterpreterTemplateIsBuiltIn(t *testing.T) {
 		got, err := b.SandboxTemplate(ctx, team, baseimage.CodeInterpreterID)
 		if err != nil || got.ID != baseimage.CodeInterpreterID || got.Image == nil {
 			t.Fatalf("team %s, once built: %+v, %v", team, got, err)
+		}
+	}
+}
+
+// While a background build makes code-interpreter-v1 (Config.Pending), a
+// create of it is told so, still as a 503; base is none of its business.
+func TestCodeInterpreterPendingBuild(t *testing.T) {
+	st := newStore(t)
+	why := ""
+	b := newUploadBuilder(t, st, t.TempDir(), func(c *Config) {
+		c.Pending = func(name string) string {
+			if name == baseimage.CodeInterpreterID {
+				return why
+			}
+			return ""
+		}
+	})
+	ctx := context.Background()
+	for _, w := range []string{"", "the code-interpreter-v1 template is being built on this node (for 3s so far)"} {
+		why = w
+		_, err := b.SandboxTemplate(ctx, "t1", baseimage.CodeInterpreterID)
+		if !errors.Is(err, sandbox.ErrNodeUnavailable) {
+			t.Fatalf("pending %q: %v, want ErrNodeUnavailable (503)", w, err)
+		}
+		want := w
+		if want == "" {
+			want = "is not built on this node yet"
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("pending %q: the error says %q", w, err)
 		}
 	}
 }

@@ -660,7 +660,12 @@ func (b *Builder) builtin(name string) (*image.Template, error) {
 	}
 	t, err := b.cfg.Images.Template(name)
 	if err != nil && name == baseimage.CodeInterpreterID {
-		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it)", ErrUnavailable, name)
+		if b.cfg.Pending != nil {
+			if why := b.cfg.Pending(name); why != "" {
+				return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
+			}
+		}
+		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it, or `warren serve --build-code-interpreter` in the background)", ErrUnavailable, name)
 	}
 	return t, err
 }

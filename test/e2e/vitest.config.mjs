@@ -10,6 +10,14 @@ const sdkVersion = createRequire(import.meta.url)(`${sdk}/package.json`).version
 console.log(`e2b SDK under test: ${sdkVersion} (${sdk})`)
 const alias = sdk === 'e2b' ? [] : [{ find: /^e2b$/, replacement: sdk }]
 
+// The code-interpreter SDK under test: `@e2b/code-interpreter`, or another
+// version of the matrix (E2B_CI_SDK_PACKAGE=e2b-ci-sdk-…).
+const ciSdk = process.env.E2B_CI_SDK_PACKAGE || '@e2b/code-interpreter'
+if (ciSdk !== '@e2b/code-interpreter' && !ciSdk.startsWith('e2b-ci-sdk-')) throw new Error(`E2B_CI_SDK_PACKAGE=${ciSdk}: want @e2b/code-interpreter or an e2b-ci-sdk-* alias`)
+const ciSdkVersion = createRequire(import.meta.url)(`${ciSdk}/package.json`).version
+console.log(`@e2b/code-interpreter under test: ${ciSdkVersion} (${ciSdk})`)
+if (ciSdk !== '@e2b/code-interpreter') alias.push({ find: /^@e2b\/code-interpreter$/, replacement: ciSdk })
+
 // Two projects. "envd": the SDK in debug mode against one real envd on
 // localhost:49983 (the daemon alone). "platform": the SDK as a user runs
 // it, against a real `warren serve` that starts real sandboxes. Files

@@ -25,8 +25,9 @@ export async function freePort() {
 // newDataDir makes a temporary data directory that shares the installed
 // runtime and the base template's layers (read-only use) but has its own
 // store, credentials, sandboxes, and templates: what its builds make stays
-// in it and goes with it.
-export function newDataDir(at) {
+// in it and goes with it. codeInterpreter: false leaves out
+// code-interpreter-v1 (a data dir whose server has yet to build it).
+export function newDataDir(at, { codeInterpreter = true } = {}) {
   for (const p of ['bin/runsc', 'layers', 'templates/base.json']) {
     if (!existsSync(path.join(installed, p))) {
       throw new Error(`${installed}/${p} is missing: run \`make setup\` first`)
@@ -46,7 +47,7 @@ export function newDataDir(at) {
   symlinkSync(path.join(installed, 'bin', 'runsc'), path.join(dir, 'bin', 'runsc'))
   // The built-in templates `warren setup` made: base, and
   // code-interpreter-v1 when it was built.
-  for (const name of ['base.json', 'code-interpreter-v1.json']) {
+  for (const name of codeInterpreter ? ['base.json', 'code-interpreter-v1.json'] : ['base.json']) {
     const file = path.join(installed, 'templates', name)
     if (name !== 'base.json' && !existsSync(file)) continue
     const t = readFileSync(file)
