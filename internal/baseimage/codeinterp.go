@@ -20,6 +20,14 @@ import (
 // sandboxes of by default.
 const CodeInterpreterID = "code-interpreter-v1"
 
+// CodeInterpreterMemoryMB is the memory of a code-interpreter-v1 sandbox,
+// as E2B's template of that name has (2 vCPUs, 2048 MB): one sandbox runs
+// a Python kernel with the data libraries loaded, and Node, TypeScript and
+// R kernels beside it, which together pass the default 512 MB (measured:
+// 512 MB reached after TypeScript, R, JavaScript, scipy, scikit-learn,
+// seaborn and statsmodels cells, and the next import stalled).
+const CodeInterpreterMemoryMB = 2048
+
 // codeInterpreterRecipe names the recipe below; change it whenever the
 // recipe changes. The template's layer ID also names the base layer it
 // sits on, so a new base makes a new one.

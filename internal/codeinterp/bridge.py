@@ -13,7 +13,8 @@
 #           and could not be replaced).
 #   stdin:  {"op":"execute","code":...,"env":{...},"sandbox_env":{...}} runs
 #           a cell (env for this run; sandbox_env: the sandbox's variables
-#           set since the kernel started, for good);
+#           set since the kernel started, for good; max_output and
+#           max_line: its output's bounds, in bytes of these lines);
 #           {"op":"interrupt"} sends SIGINT to the kernel at once (read by a
 #           thread of its own, so that it reaches a running cell).
 #
@@ -52,12 +53,58 @@ MIME_FIELDS = {
 
 _out_lock = threading.Lock()
 
+# The running execution's output bounds, sent by the server with each
+# execute (its Config.MaxOutputBytes and MaxLineBytes, in bytes of these
+# JSON lines): past them output is dropped here, with the notes the server
+# would write, so that what the server drops anyway never crosses the
+# pipe. The server applies the same bounds to what it reads.
+_bounds = {"max_output": 0, "max_line": 0, "left": 0, "cut": False}
+OUTPUT_TYPES = ("stdout", "stderr", "result")
+# A stream's text goes out in events of at most this many characters:
+# ipykernel sends what a cell wrote between two flushes as one message,
+# megabytes when it writes fast, and the server reads a line whole.
+TEXT_CHUNK = 32 * 1024
+
+
+def start_output(max_output, max_line):
+    with _out_lock:
+        _bounds.update(max_output=max_output or 0, max_line=max_line or 0, left=max_output or 0, cut=False)
+
 
 def emit(obj):
-    line = json.dumps(obj, default=str, ensure_ascii=False) + "\n"
+    # A lone surrogate (a cell may print one) has no UTF-8: replaced.
+    line = json.dumps(obj, default=str, ensure_ascii=False).encode("utf-8", "replace")
     with _out_lock:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        if obj.get("type") in OUTPUT_TYPES and _bounds["max_output"] > 0:
+            if _bounds["cut"]:
+                return
+            if _bounds["max_line"] > 0 and len(line) > _bounds["max_line"]:
+                line = note("[warren: an output of this cell was larger than %d bytes and was dropped]\n" % _bounds["max_line"])
+            if len(line) > _bounds["left"]:
+                _bounds["cut"] = True
+                line = note("[warren: this cell's output passed %d bytes; the rest is dropped]\n" % _bounds["max_output"])
+            else:
+                _bounds["left"] -= len(line)
+        sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def note(text):
+    return json.dumps({"type": "stderr", "text": text}).encode()
+
+
+def emit_text(name, text, timestamp):
+    """Emits a stream's text in events of at most TEXT_CHUNK characters,
+    cut after a newline where there is one in the chunk's second half."""
+    start = 0
+    while start < len(text):
+        end = start + TEXT_CHUNK
+        if end < len(text):
+            end = text.rfind("\n", start + TEXT_CHUNK // 2, end) + 1 or end
+        emit({"type": name, "text": text[start:end], "timestamp": timestamp})
+        if _bounds["cut"]:
+            return
+        start = end
 
 
 def stamp(msg):
@@ -247,7 +294,7 @@ class Kernel:
             if kind == "stream":
                 name = content.get("name")
                 if name in ("stdout", "stderr"):
-                    emit({"type": name, "text": content.get("text", ""), "timestamp": stamp(msg)})
+                    emit_text(name, content.get("text", ""), stamp(msg))
             elif kind == "execute_input":
                 emit({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "execute_result":
@@ -536,6 +583,7 @@ def main():
             if op.get("op") == "execute":
                 if op.get("sandbox_env"):
                     kernel.set_sandbox_env(op["sandbox_env"])
+                start_output(op.get("max_output"), op.get("max_line"))
                 kernel.execute(op.get("code", ""), op.get("env") or {})
                 emit({"type": "end"})
     finally:

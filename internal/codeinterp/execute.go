@@ -77,7 +77,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	op := map[string]any{"op": "execute", "code": req.Code}
+	op := map[string]any{"op": "execute", "code": req.Code, "max_output": s.cfg.MaxOutputBytes, "max_line": s.cfg.MaxLineBytes}
 	if len(req.EnvVars) > 0 {
 		op["env"] = req.EnvVars
 	}
@@ -155,7 +155,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k *kernel) {
 				Type string
 				Dead bool
 			}
-			_ = json.Unmarshal(line, &ev)
+			// The bridge runs as the sandbox's user, whose cells may write
+			// into its stdout too: only JSON objects reach the client.
+			if json.Unmarshal(line, &ev) != nil {
+				continue
+			}
 			switch ev.Type {
 			case "end":
 				if ev.Dead { // the next execution must not reach this bridge
@@ -164,7 +168,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k *kernel) {
 				write(endLine)
 				return
 			case "stdout", "stderr", "result":
-				if len(line) > budget {
+				// The bridge applies the same bound and notes it; this
+				// one holds whatever the bridge sends.
+				if truncated || len(line) > budget {
 					if !truncated {
 						truncated = true
 						write(noteLine(fmt.Sprintf("[warren: this cell's output passed %d bytes; the rest is dropped]\n", s.cfg.MaxOutputBytes)))

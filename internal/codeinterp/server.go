@@ -89,11 +89,15 @@ type Config struct {
 	DefaultCwd string
 	// MaxContexts bounds the contexts (kernels) alive at once; default 32.
 	MaxContexts int
-	// MaxOutputBytes bounds one execution's output; beyond it, output
-	// events are dropped (errors and the end still come). Default 64 MiB.
+	// MaxOutputBytes bounds one execution's output (the bytes of its
+	// stdout, stderr and result lines); beyond it, output events are
+	// dropped, with one note on stderr (errors and the end still come).
+	// Default 64 MiB.
 	MaxOutputBytes int
 	// MaxLineBytes bounds one output event (a result with its images);
-	// a larger one is replaced by a note on stderr. Default 32 MiB.
+	// a larger one is replaced by a note on stderr. It is also the most
+	// this server holds of one execution's output at a time: a stream's
+	// text comes in events of a few kilobytes. Default 16 MiB.
 	MaxLineBytes int
 	// StartTimeout bounds a kernel's start; default 2 minutes.
 	StartTimeout time.Duration
@@ -137,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxOutputBytes = 64 << 20
 	}
 	if cfg.MaxLineBytes <= 0 {
-		cfg.MaxLineBytes = 32 << 20
+		cfg.MaxLineBytes = 16 << 20
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 2 * time.Minute

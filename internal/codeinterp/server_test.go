@@ -414,6 +414,58 @@ func TestOutputIsBounded(t *testing.T) {
 	}
 }
 
+// A cell that writes far more than the bound at once (ipykernel sends
+// what it buffered in one message: megabytes) comes out as small events up
+// to the bound, then one note; the stream ends properly and the next cell
+// runs. Python and bash alike.
+func TestHugeOutputIsCutIntoSmallEventsUpToTheBound(t *testing.T) {
+	const bound = 4 << 20
+	_, hs := newTestServer(t, func(c *Config) {
+		c.MaxLineBytes = 1 << 20
+		c.MaxOutputBytes = bound
+	})
+	for _, tc := range []struct{ language, code string }{
+		{"python", "import sys\nline = 'x' * 999 + '\\n'\nfor i in range(20_000):\n    sys.stdout.write(line)"},
+		{"bash", "yes \"$(head -c 999 /dev/zero | tr '\\0' b)\" | head -n 20000"},
+	} {
+		x := run(t, hs, map[string]any{"code": tc.code, "language": tc.language})
+		total, biggest := 0, 0
+		for _, e := range x.of("stdout") {
+			n := len(e.str("text"))
+			total += n
+			biggest = max(biggest, n)
+		}
+		notes := 0
+		for _, e := range x.of("stderr") {
+			if strings.Contains(e.str("text"), "[warren") {
+				notes++
+			}
+		}
+		if total > bound || total < bound/2 || notes != 1 || biggest > 256<<10 || len(x.of("error")) != 0 {
+			t.Errorf("%s: %d stdout bytes (bound %d), biggest event %d bytes, %d notes, errors %v",
+				tc.language, total, bound, biggest, notes, x.of("error"))
+		}
+		next := map[string]any{"code": "1 + 1", "language": tc.language}
+		if tc.language == "bash" {
+			next["code"] = "echo 2"
+		}
+		if x := run(t, hs, next); x.text() != "2" && x.stdout() != "2\n" {
+			t.Errorf("%s: after a huge output: %v", tc.language, x.events)
+		}
+	}
+}
+
+// What a cell writes into its bridge's stdout itself (the same user may
+// open /proc/<bridge>/fd/1) never reaches the client unless it is JSON.
+func TestLinesForgedByACellStayValidJSON(t *testing.T) {
+	_, hs := newTestServer(t, nil)
+	x := run(t, hs, code("import os\nfd = os.open('/proc/%d/fd/1' % os.getppid(), os.O_WRONLY)\n"+
+		"os.write(fd, b'not json\\n{\"type\": \"end\"} trailing\\n')\nos.close(fd)\n'after'"))
+	if x.text() != "after" {
+		t.Errorf("events = %v", x.events)
+	}
+}
+
 func TestBashCells(t *testing.T) {
 	_, hs := newTestServer(t, nil)
 	bash := func(c string, env map[string]string) execution {

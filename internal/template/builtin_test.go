@@ -44,6 +44,10 @@ func TestCodeInterpreterTemplateIsBuiltIn(t *testing.T) {
 		if err != nil || got.ID != baseimage.CodeInterpreterID || got.Image == nil {
 			t.Fatalf("team %s, once built: %+v, %v", team, got, err)
 		}
+		// E2B's template has 2048 MB; the kernels need it.
+		if got.MemoryMB != baseimage.CodeInterpreterMemoryMB {
+			t.Errorf("team %s: %d MB, want %d", team, got.MemoryMB, baseimage.CodeInterpreterMemoryMB)
+		}
 	}
 }
 

@@ -293,7 +293,8 @@ type Resolved struct {
 	Alias      string
 	BuildID    string
 	Image      *image.Template
-	// CPUCount and MemoryMB of the build; 0 for built-in templates.
+	// CPUCount and MemoryMB of the build; 0 (the node's default) for
+	// built-in templates but code-interpreter-v1's memory.
 	CPUCount int
 	MemoryMB int
 }
@@ -309,7 +310,7 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	if name, tag := splitRef(ref); tag == "" || tag == DefaultTag || tag == "latest" {
 		img, err := b.builtin(name)
 		if err == nil {
-			return Resolved{TemplateID: img.ID, Alias: img.ID, Image: img}, nil
+			return Resolved{TemplateID: img.ID, Alias: img.ID, Image: img, MemoryMB: builtinMemoryMB(img.ID)}, nil
 		}
 		if errors.Is(err, ErrUnavailable) {
 			unbuilt = err
@@ -668,6 +669,15 @@ func (b *Builder) builtin(name string) (*image.Template, error) {
 		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it, or `warren serve --build-code-interpreter` in the background)", ErrUnavailable, name)
 	}
 	return t, err
+}
+
+// builtinMemoryMB is a built-in template's memory; 0 (the node's
+// default) but for the code interpreter's.
+func builtinMemoryMB(id string) int {
+	if id == baseimage.CodeInterpreterID {
+		return baseimage.CodeInterpreterMemoryMB
+	}
+	return 0
 }
 
 // builtinName tells whether name is a built-in template's, which no

@@ -15,9 +15,11 @@ afterAll(async () => {
   await sbx?.kill()
 })
 
-test('the default template is code-interpreter-v1', async () => {
+test('the default template is code-interpreter-v1, with E2B\'s 2 CPUs and 2048 MB', async () => {
   const info = await sbx.getInfo()
   expect(info.templateId).toBe('code-interpreter-v1')
+  expect(info.cpuCount).toBe(2)
+  expect(info.memoryMB).toBe(2048)
 })
 
 test('a value, and state across cells', async () => {
