@@ -290,9 +290,9 @@ type SandboxDetail struct {
 	VolumeMounts        *[]VolumeMount        `json:"volumeMounts,omitempty"`
 }
 
-// SandboxEgressProxyConfig An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+// SandboxEgressProxyConfig The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 type SandboxEgressProxyConfig struct {
-	// Address host:port
+	// Address host:port (SOCKS5), socks5://host:port, or http://host:port (HTTP CONNECT)
 	Address  string  `json:"address"`
 	Password *string `json:"password,omitempty"`
 	Username *string `json:"username,omitempty"`
@@ -364,7 +364,7 @@ type SandboxNetworkConfig struct {
 	// DenyOut CIDRs and IPs (no domains) sandboxes may not reach.
 	DenyOut *[]string `json:"denyOut,omitempty"`
 
-	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	// EgressProxy The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 	EgressProxy     *SandboxEgressProxyConfig `json:"egressProxy"`
 	MaskRequestHost *string                   `json:"maskRequestHost,omitempty"`
 
@@ -392,7 +392,7 @@ type SandboxNetworkUpdateConfig struct {
 	AllowInternetAccess *bool     `json:"allow_internet_access,omitempty"`
 	DenyOut             *[]string `json:"denyOut,omitempty"`
 
-	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	// EgressProxy The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 	EgressProxy *SandboxEgressProxyConfig `json:"egressProxy"`
 
 	// Rules A host (example.com, *.example.com) to the transforms of its outbound HTTP(S) requests.
