@@ -652,7 +652,7 @@ func (b *Builder) Status(ctx context.Context, teamID, templateID, buildID string
 	return Status{Build: bd, Logs: logs}, nil
 }
 
-// builtin returns a built-in template (base, code-interpreter-v1), which
+// builtin returns a built-in template (base, code-interpreter-v1, mcp-gateway), which
 // every team may use. One that `warren setup` has not built (yet) is
 // ErrUnavailable.
 func (b *Builder) builtin(name string) (*image.Template, error) {
@@ -667,6 +667,9 @@ func (b *Builder) builtin(name string) (*image.Template, error) {
 			}
 		}
 		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it, or `warren serve --build-code-interpreter` in the background)", ErrUnavailable, name)
+	}
+	if err != nil && name == baseimage.MCPGatewayID {
+		return nil, fmt.Errorf("%w: the %s template is not built on this node: `warren serve` builds it at start from the mcp-gateway binary beside envd (`make build` makes it)", ErrUnavailable, name)
 	}
 	return t, err
 }
@@ -683,7 +686,7 @@ func builtinMemoryMB(id string) int {
 // builtinName tells whether name is a built-in template's, which no
 // team's template may take.
 func builtinName(name string) bool {
-	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID
+	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID || name == baseimage.MCPGatewayID
 }
 
 // dockerfileSpec is the build a Dockerfile request asks for. COPY and ADD
