@@ -15,7 +15,7 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/envd ./cmd/envd
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/mcp-gateway ./cmd/mcp-gateway
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/mcp-gateway ./cmd/mcp-gateway
 	$(GO) build -o $(BIN)/warren ./cmd/warren
 
 # Regenerates the committed code: Connect/protobuf from proto/, the

@@ -207,10 +207,24 @@ func (g *Gateway) addTool(s Server, cs *mcp.ClientSession, tool *mcp.Tool) error
 	}
 	exposed := *tool
 	exposed.Name = name
+	if out, ok := tool.OutputSchema.(map[string]any); tool.OutputSchema != nil && (!ok || out["type"] != "object") {
+		exposed.OutputSchema = nil // not one MCP allows; the results pass as they are
+	}
 	original := tool.Name
-	g.server.AddTool(&exposed, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return addTool(g.server, &exposed, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return cs.CallTool(ctx, &mcp.CallToolParams{Name: original, Arguments: req.Params.Arguments, Meta: req.Params.Meta})
 	})
+}
+
+// addTool is Server.AddTool, which panics on a tool it cannot serve: a
+// server's tool list is its own input, and must not end the gateway.
+func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tool %q cannot be served: %v", t.Name, r)
+		}
+	}()
+	s.AddTool(t, h)
 	return nil
 }
 
