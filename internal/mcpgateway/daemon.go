@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The SDK waits for `mcp-gateway --config` to exit (commands.run, 60 s by
@@ -141,10 +143,15 @@ func launch(config []byte) error {
 // serveDaemon is the daemon: it reads its startup from fd 3, reports
 // "ok" or the error on fd 4, and serves until SIGTERM.
 func serveDaemon() error {
-	in, ready := os.NewFile(3, "startup"), os.NewFile(4, "ready")
-	if in == nil || ready == nil {
-		return errors.New("serve is started by mcp-gateway --config")
+	// The servers must not inherit these: a server holding fd 4 would
+	// keep the command waiting for its end.
+	for _, fd := range []int{3, 4} {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			return errors.New("serve is started by mcp-gateway --config")
+		}
+		syscall.CloseOnExec(fd)
 	}
+	in, ready := os.NewFile(3, "startup"), os.NewFile(4, "ready")
 	report := func(err error) error {
 		msg := "ok"
 		if err != nil {
