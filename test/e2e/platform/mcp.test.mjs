@@ -84,7 +84,7 @@ describe('Sandbox.create({ mcp })', () => {
       })
       expect(created.isError).toBeFalsy()
       const graph = await client.callTool({ name: `${prefix}read_graph`, arguments: {} })
-      expect(JSON.parse(graph.content[0].text).entities).toEqual([{ type: 'entity', name: 'warren', entityType: 'project', observations: ['speaks E2B'] }])
+      expect(JSON.parse(graph.content[0].text).entities).toEqual([{ name: 'warren', entityType: 'project', observations: ['speaks E2B'] }])
     } finally {
       await client.close()
     }
