@@ -18,8 +18,11 @@ import (
 const keysUsage = `usage: warren keys create [--access-token] [--name NAME]
        warren keys list
        warren keys revoke ID
-flags (all): --data-dir DIR, --store URL (default: DIR/warren.db),
+flags (all, before ID): --data-dir DIR, --store URL (default: DIR/warren.db),
   --team ID (default: the first team; create makes the team if it is new)`
+
+// keysArgs is how many arguments each command takes after its flags.
+var keysArgs = map[string]int{"create": 0, "list": 0, "revoke": 1}
 
 func runKeys(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -34,6 +37,12 @@ func runKeys(ctx context.Context, args []string) error {
 	fs.Parse(args[1:])
 	if !validTeamID(*teamID) {
 		return fmt.Errorf("--team %q: want 1 to 64 of a-z, 0-9 and -", *teamID)
+	}
+	// Check the arguments before opening a store: a flag after an
+	// argument is left unread (`revoke ID --data-dir DIR`), and the
+	// default data dir's store must not be opened, or made, instead.
+	if want, ok := keysArgs[args[0]]; !ok || fs.NArg() != want {
+		return errors.New(keysUsage)
 	}
 	s, err := server.OpenStore(ctx, *dataDir, *storeURL)
 	if err != nil {
