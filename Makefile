@@ -8,7 +8,7 @@ OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
 KUBECONFORM := github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
 KUSTOMIZE := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
 
-.PHONY: all build generate test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
+.PHONY: all build generate check test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
 
 all: build
 
@@ -40,6 +40,11 @@ setup: build
 
 vet:
 	$(GO) vet ./...
+
+# The edit-test loop: vet and the tests that start no sandboxes or
+# servers of Warren's (-short skips those; make test runs everything).
+check: vet
+	$(GO) test -short -count=1 ./...
 
 # The fuzz targets run beside the SDK suite, which mostly waits on
 # sandboxes: one fuzz worker leaves it a core, and the two together take

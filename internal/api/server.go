@@ -190,7 +190,10 @@ func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(stri
 // kindKey carries the kind of credential the request came with.
 type kindKey struct{}
 
-func credentialOf(r *http.Request) store.KeyKind { k, _ := r.Context().Value(kindKey{}).(store.KeyKind); return k }
+func credentialOf(r *http.Request) store.KeyKind {
+	k, _ := r.Context().Value(kindKey{}).(store.KeyKind)
+	return k
+}
 
 // isUpload tells the template file upload, whose URL is signed: it needs
 // no credentials and its body is an archive, not JSON.

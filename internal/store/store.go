@@ -78,12 +78,12 @@ const (
 // Key is an API key or access token. Only its hash is stored; Mask is a
 // recognisable, harmless part of it for listings (prefix and last chars).
 type Key struct {
-	ID        string
-	TeamID    string
-	Kind      KeyKind
-	Name      string
-	Hash      string
-	Mask      string
+	ID     string
+	TeamID string
+	Kind   KeyKind
+	Name   string
+	Hash   string
+	Mask   string
 	// ValueLength is the length of the secret after its kind's prefix
 	// (40 for the keys Warren makes); 0 for keys stored before it was.
 	ValueLength int
