@@ -41,6 +41,8 @@ type Templates interface {
 	StartBuild(ctx context.Context, teamID, templateID, buildID string, spec buildspec.Spec) error
 	Status(ctx context.Context, teamID, templateID, buildID string, offset, limit int, minLevel string) (template.Status, error)
 	Rebuild(ctx context.Context, teamID, templateID string, req template.RebuildRequest) (template.TemplateInfo, error)
+	CreateFromDockerfile(ctx context.Context, teamID string, req template.RebuildRequest) (template.TemplateInfo, error)
+	SetPublic(ctx context.Context, teamID, ref string, public bool) (store.Template, error)
 	List(ctx context.Context, teamID string) ([]template.TemplateInfo, error)
 	Get(ctx context.Context, teamID, ref string) (template.TemplateInfo, error)
 	Delete(ctx context.Context, teamID, ref string) error

@@ -33,6 +33,13 @@ func check500(t *testing.T, hs *harness, what string, w interface {
 		t.Errorf("%s: request ID header %q", what, id)
 	}
 	want := fmt.Sprintf(`{"code":500,"message":"internal error (request %s)"}`, id)
+	// E2B's error_code, where it names the cause, is all a 500 adds.
+	switch what {
+	case "manager error":
+		want = fmt.Sprintf(`{"code":500,"error_code":"sandbox_create_failed","message":"internal error (request %s)"}`, id)
+	case "panic":
+		want = fmt.Sprintf(`{"code":500,"error_code":"internal_server_error","message":"internal error (request %s)"}`, id)
+	}
 	if strings.TrimSpace(body) != want {
 		t.Errorf("%s: body %s, want %s", what, body, want)
 	}

@@ -58,6 +58,8 @@ type fakeSandboxes struct {
 	pause   func(teamID, id string, memory bool) (bool, error)
 	resume  func(teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
 	fork    func(teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	connect func(teamID, id string) (store.Sandbox, bool, error)
+	metrics []sandbox.Metric
 	last    []any
 	get     func(teamID, id string) (store.Sandbox, error)
 	update  func(teamID, id string, u sandbox.NetworkUpdate) error
@@ -132,6 +134,9 @@ func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, timeout ti
 	f.mu.Lock()
 	f.last = []any{teamID, id, timeout, memory}
 	f.mu.Unlock()
+	if f.connect != nil {
+		return f.connect(teamID, id)
+	}
 	return store.Sandbox{ID: "sbx1"}, false, nil
 }
 
@@ -165,7 +170,7 @@ func (f *fakeSandboxes) Fork(_ context.Context, teamID, id string, timeout time.
 
 func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time.Time) ([]sandbox.Metric, error) {
 	f.called("Metrics")
-	return nil, nil
+	return f.metrics, nil
 }
 
 func (f *fakeSandboxes) Logs(context.Context, string, string, time.Time, int) ([]sandbox.LogEntry, error) {
@@ -178,6 +183,15 @@ type fakeTemplates struct {
 	fakeSandboxes // for its call log
 	err           error
 	uploaded      int64
+	// info, when set, is the template List, Get and the builds answer.
+	info *template.TemplateInfo
+}
+
+func (f *fakeTemplates) infoOr() template.TemplateInfo {
+	if f.info != nil {
+		return *f.info
+	}
+	return template.TemplateInfo{}
 }
 
 func (f *fakeTemplates) Create(_ context.Context, req template.CreateRequest) (template.Created, error) {
@@ -217,17 +231,20 @@ func (f *fakeTemplates) Status(context.Context, string, string, string, int, int
 
 func (f *fakeTemplates) Rebuild(context.Context, string, string, template.RebuildRequest) (template.TemplateInfo, error) {
 	f.called("Rebuild")
-	return template.TemplateInfo{}, f.err
+	return f.infoOr(), f.err
 }
 
 func (f *fakeTemplates) List(context.Context, string) ([]template.TemplateInfo, error) {
 	f.called("List")
+	if f.info != nil {
+		return []template.TemplateInfo{*f.info}, f.err
+	}
 	return nil, f.err
 }
 
 func (f *fakeTemplates) Get(context.Context, string, string) (template.TemplateInfo, error) {
 	f.called("Get")
-	return template.TemplateInfo{}, f.err
+	return f.infoOr(), f.err
 }
 
 func (f *fakeTemplates) Delete(context.Context, string, string) error {
@@ -347,3 +364,16 @@ func errorBody(t *testing.T, w *httptest.ResponseRecorder) (code int, message st
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+func (f *fakeTemplates) CreateFromDockerfile(context.Context, string, template.RebuildRequest) (template.TemplateInfo, error) {
+	f.called("CreateFromDockerfile")
+	return f.infoOr(), f.err
+}
+
+func (f *fakeTemplates) SetPublic(_ context.Context, teamID, ref string, public bool) (store.Template, error) {
+	f.called("SetPublic")
+	f.mu.Lock()
+	f.last = []any{teamID, ref, public}
+	f.mu.Unlock()
+	return store.Template{ID: "tpl1", TeamID: teamID, Names: []string{"app"}, Public: public}, f.err
+}

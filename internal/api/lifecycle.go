@@ -51,7 +51,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 		Timeout: timeout, AutoPause: body.AutoPause, Memory: body.Memory == nil || *body.Memory,
 	})
 	if err != nil {
-		s.fail(w, r, err)
+		s.failStart(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxOf(rec))
@@ -63,7 +63,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 func (s *Server) resumeFailed(w http.ResponseWriter, r *http.Request, re *sandbox.ResumeError) {
 	id := requestID(r)
 	s.log.ErrorContext(r.Context(), "resume failed", "sandbox", re.ID, "step", re.Step, "err", re.Err)
-	writeError(w, http.StatusInternalServerError, fmt.Sprintf(
+	writeErrorCode(w, http.StatusInternalServerError, CodeCreateFailed, fmt.Sprintf(
 		"sandbox %s could not be resumed: %s failed; it is still paused and can be resumed again (request %s)", re.ID, re.Step, id))
 }
 
@@ -91,7 +91,7 @@ func (s *Server) ForkSandbox(w http.ResponseWriter, r *http.Request, id gen.Sand
 	// The node checks its own disk for the fork's checkpoint.
 	results, err := s.cfg.Sandboxes.Fork(r.Context(), teamOf(r), id, timeout, count)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failStart(w, r, err)
 		return
 	}
 	out := make([]gen.SandboxForkResult, len(results))
@@ -117,7 +117,12 @@ func (s *Server) errorOf(r *http.Request, err error) gen.Error {
 		s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = reqid.InternalMessage(id)
 	}
-	return gen.Error{Code: int32(status), Message: msg}
+	e := gen.Error{Code: int32(status), Message: msg}
+	// A fork is a start: its results carry E2B's codes as a create's.
+	if st, code, ok := startCode(r, err); ok && st == status {
+		e.ErrorCode = &code
+	}
+	return e
 }
 
 // statusOf maps the sandbox manager's errors to a status and message

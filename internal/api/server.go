@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,14 @@ type teamKey struct{}
 
 func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(string); return t }
 
+// kindKey carries the kind of credential the request came with.
+type kindKey struct{}
+
+func credentialOf(r *http.Request) store.KeyKind {
+	k, _ := r.Context().Value(kindKey{}).(store.KeyKind)
+	return k
+}
+
 // isUpload tells the template file upload, whose URL is signed: it needs
 // no credentials and its body is an archive, not JSON.
 func isUpload(r *http.Request) bool {
@@ -238,7 +247,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), teamKey{}, key.TeamID)))
+		ctx := context.WithValue(r.Context(), teamKey{}, key.TeamID)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, kindKey{}, key.Kind)))
 	})
 }
 
@@ -344,7 +354,8 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.internal(w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+				s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+				writeErrorCode(w, http.StatusInternalServerError, CodeInternal, reqid.InternalMessage(requestID(r)))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -490,7 +501,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	// (sandbox.ErrDiskFull): the api's may be another machine's.
 	rec, err := s.cfg.Sandboxes.Create(r.Context(), req)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failStart(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxOf(rec))
@@ -622,6 +633,18 @@ func (s *Server) ListSandboxesV2(w http.ResponseWriter, r *http.Request, params 
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if len(f.States) == 0 || slices.Contains(f.States, store.StateRunning) {
+		// X-Total-Running: E2B's count of the running sandboxes the
+		// filters match, before pagination.
+		all := f
+		all.States, all.After, all.Limit = []store.SandboxState{store.StateRunning}, nil, 0
+		running, err := s.cfg.Sandboxes.List(r.Context(), teamOf(r), all)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.Header().Set("X-Total-Running", strconv.Itoa(len(running)))
 	}
 	if len(recs) > limit {
 		recs = recs[:limit]
@@ -775,7 +798,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, defT
 	// onResume "reboot").
 	rec, resumed, err := s.cfg.Sandboxes.Connect(r.Context(), teamOf(r), id, timeout, body.Memory == nil || *body.Memory)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failStart(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -802,7 +825,7 @@ func (s *Server) GetSandboxMetrics(w http.ResponseWriter, r *http.Request, id ge
 	for _, m := range ms {
 		out = append(out, gen.SandboxMetric{
 			Timestamp: m.Time.UTC(), TimestampUnix: m.Time.Unix(), CpuCount: int32(m.CPUCount), CpuUsedPct: float32(m.CPUUsedPct),
-			MemUsed: m.MemUsed, MemTotal: m.MemTotal, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
+			MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

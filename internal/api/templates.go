@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -256,14 +257,205 @@ func templateOf(t template.TemplateInfo) gen.Template {
 		SpawnCount: t.SpawnCount, BuildCount: int32(t.BuildCount), EnvdVersion: envdinfo.Version,
 		LastSpawnedAt: timeOrNil(t.LastSpawnedAt),
 	}
-	names := orEmptyList(t.Names)
-	out.Names = &names
+	out.Names = orEmptyList(t.Names)
+	// Every template has a build (a create makes one); "waiting" stands
+	// for none, which the spec's required field cannot leave out.
+	out.BuildStatus = gen.TemplateBuildStatus(store.BuildWaiting)
 	if last := t.Last(); last != nil {
 		out.BuildID = last.ID
-		st := gen.TemplateBuildStatus(last.Status)
-		out.BuildStatus = &st
+		out.BuildStatus = gen.TemplateBuildStatus(last.Status)
 	}
 	return out
+}
+
+// CreateTemplateLegacy is E2B's v1 create: a template built from a
+// Dockerfile, the build started at once.
+func (s *Server) CreateTemplateLegacy(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	var body gen.TemplateBuildRequest
+	if !readJSON(w, r, &body, false) {
+		return
+	}
+	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if strings.TrimSpace(body.Dockerfile) == "" {
+		writeError(w, http.StatusBadRequest, "dockerfile is required")
+		return
+	}
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
+		return
+	}
+	info, err := b.CreateFromDockerfile(r.Context(), teamOf(r), template.RebuildRequest{
+		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
+		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
+	})
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, templateOf(info))
+}
+
+// CreateTemplateV2 is E2B's v2 create: POST /v3/templates under its old
+// name, answered as a template.
+func (s *Server) CreateTemplateV2(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	var body gen.TemplateBuildRequestV2
+	if !readJSON(w, r, &body, false) {
+		return
+	}
+	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	c, err := b.Create(r.Context(), template.CreateRequest{
+		TeamID: teamOf(r), Name: body.Alias,
+		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
+	})
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	info, err := b.Get(r.Context(), teamOf(r), c.Template.ID)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	out := templateOf(info)
+	// buildID is the new build's, which the client starts next (Get's
+	// newest build is it, unless a concurrent create made another).
+	out.BuildID, out.BuildStatus = c.BuildID, gen.TemplateBuildStatus(store.BuildWaiting)
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// StartTemplateBuildLegacy is E2B's v1 build trigger, which followed a
+// push of the build's image to E2B's registry. Warren has none: the v1
+// create started its build from the Dockerfile already.
+func (s *Server) StartTemplateBuildLegacy(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID, buildID gen.BuildID) {
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	st, err := b.Status(r.Context(), teamOf(r), templateID, buildID, 0, 0, "")
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	if st.Build.Status == store.BuildWaiting && st.Build.Spec == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(
+			"build %s has no steps yet: start it with POST /v2/templates/%s/builds/%s (Warren has no image registry to build a pushed image from)",
+			buildID, templateID, buildID))
+		return
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// maxTemplatePage is the page size of GET /v2/templates, and its default.
+const maxTemplatePage = 100
+
+func (s *Server) ListTemplatesV2(w http.ResponseWriter, r *http.Request, params gen.ListTemplatesV2Params) {
+	b, ok := s.templates(w)
+	if !ok {
+		return
+	}
+	limit := maxTemplatePage
+	if params.Limit != nil {
+		if *params.Limit < 1 || *params.Limit > maxTemplatePage {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be between 1 and %d", maxTemplatePage))
+			return
+		}
+		limit = int(*params.Limit)
+	}
+	var after *store.Cursor
+	if params.NextToken != nil && *params.NextToken != "" {
+		c, desc, err := parseToken(*params.NextToken)
+		if err != nil || desc {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid nextToken %q", *params.NextToken))
+			return
+		}
+		after = &c
+	}
+	list, err := b.List(r.Context(), teamOf(r))
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return
+	}
+	// The list is oldest first, by (created, ID): a page is what follows
+	// the cursor.
+	out := make([]gen.Template, 0, min(limit, len(list)))
+	for _, t := range list {
+		if after != nil && !cursorAfter(t.CreatedAt, t.ID, *after) {
+			continue
+		}
+		if len(out) == limit {
+			last := out[len(out)-1]
+			w.Header().Set("X-Next-Token", makeToken(store.Cursor{StartedAt: last.CreatedAt, ID: last.TemplateID}, false))
+			break
+		}
+		out = append(out, templateOf(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// cursorAfter tells whether (at, id) comes after c in ascending order.
+func cursorAfter(at time.Time, id string, c store.Cursor) bool {
+	if !at.Equal(c.StartedAt) {
+		return at.After(c.StartedAt)
+	}
+	return id > c.ID
+}
+
+// setPublic is both PATCH /templates/{id} and PATCH /v2/templates/{id};
+// it answers false after an error.
+func (s *Server) setPublic(w http.ResponseWriter, r *http.Request, templateID string) (store.Template, bool) {
+	b, ok := s.templates(w)
+	if !ok {
+		return store.Template{}, false
+	}
+	var body gen.TemplateUpdateRequest
+	if !readJSON(w, r, &body, true) {
+		return store.Template{}, false
+	}
+	if body.Public == nil {
+		// Nothing to change (E2B's answer too); the template must still
+		// be the team's.
+		info, err := b.Get(r.Context(), teamOf(r), templateID)
+		if err == nil && info.TeamID != teamOf(r) {
+			err = fmt.Errorf("%w: template %q belongs to another team", template.ErrForbidden, templateID)
+		}
+		if err != nil {
+			s.failTemplate(w, r, err)
+			return store.Template{}, false
+		}
+		return info.Template, true
+	}
+	t, err := b.SetPublic(r.Context(), teamOf(r), templateID, *body.Public)
+	if err != nil {
+		s.failTemplate(w, r, err)
+		return store.Template{}, false
+	}
+	return t, true
+}
+
+func (s *Server) UpdateTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	if _, ok := s.setPublic(w, r, templateID); ok {
+		writeJSON(w, http.StatusOK, nil)
+	}
+}
+
+func (s *Server) UpdateTemplateV2(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
+	if t, ok := s.setPublic(w, r, templateID); ok {
+		writeJSON(w, http.StatusOK, gen.TemplateUpdateResponse{Names: orEmptyList(t.Names)})
+	}
 }
 
 func timeOrNil(t time.Time) *time.Time {

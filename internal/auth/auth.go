@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -35,6 +37,15 @@ const DefaultTeamID = "default"
 
 // ErrUnauthorized is returned for a missing, malformed or unknown credential.
 var ErrUnauthorized = errors.New("invalid credentials")
+
+// MaxTeamKeys bounds a team's credentials, API keys and access tokens
+// together: CreateKey refuses more with ErrTooManyKeys. (GET /teams makes
+// a key on every call, as E2B's does, so the bound is what keeps a
+// looping client from filling the store.)
+const MaxTeamKeys = 1000
+
+// ErrTooManyKeys: the team has MaxTeamKeys credentials.
+var ErrTooManyKeys = errors.New("too many keys")
 
 // Hash is how a credential is stored.
 func Hash(secret string) string {
@@ -56,6 +67,36 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return hex.EncodeToString(b)
+}
+
+// Masked is a credential as E2B's API shows it in listings (its
+// IdentifierMaskingDetails): the kind's prefix, the length of the rest,
+// and the rest's first two and last four characters.
+type Masked struct {
+	Prefix      string
+	ValueLength int
+	First, Last string
+}
+
+// MaskOf shows a stored key as E2B does. The parts come from its Mask
+// (the secret's first eight characters, "…", its last four); a secret too
+// short to have shown any shows none. ValueLength is 0 for keys stored
+// before their length was.
+func MaskOf(k store.Key) Masked {
+	prefix := APIKeyPrefix
+	if k.Kind == store.KindAccessToken {
+		prefix = AccessTokenPrefix
+	}
+	m := Masked{Prefix: prefix, ValueLength: k.ValueLength}
+	head, tail, ok := strings.Cut(k.Mask, "…")
+	if !ok {
+		return m
+	}
+	if rest, ok := strings.CutPrefix(head, prefix); ok {
+		m.First = rest[:min(2, len(rest))]
+	}
+	m.Last = tail
+	return m
 }
 
 // NewSecret returns a fresh credential of the kind: its prefix and 40
@@ -90,9 +131,20 @@ func CreateKey(ctx context.Context, s store.Store, teamID string, kind store.Key
 		}
 		return store.Key{}, "", fmt.Errorf("auth: a %s must start with %q", kind, want)
 	}
+	have, err := s.ListKeys(ctx, teamID)
+	if err != nil {
+		return store.Key{}, "", err
+	}
+	if len(have) >= MaxTeamKeys {
+		return store.Key{}, "", fmt.Errorf("%w: the team has %d keys and access tokens, the most it may have; delete some first", ErrTooManyKeys, len(have))
+	}
+	prefix := APIKeyPrefix
+	if kind == store.KindAccessToken {
+		prefix = AccessTokenPrefix
+	}
 	k := store.Key{
-		ID: randomHex(8), TeamID: teamID, Kind: kind, Name: name,
-		Hash: Hash(secret), Mask: Mask(secret), CreatedAt: time.Now(),
+		ID: uuid.NewString(), TeamID: teamID, Kind: kind, Name: name,
+		Hash: Hash(secret), Mask: Mask(secret), ValueLength: len(secret) - len(prefix), CreatedAt: time.Now(),
 	}
 	if err := s.CreateKey(ctx, k); err != nil {
 		return store.Key{}, "", err

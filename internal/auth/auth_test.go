@@ -3,10 +3,13 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -79,5 +82,40 @@ func TestPresetCredentials(t *testing.T) {
 	}
 	if _, err := Bootstrap(ctx, s, dir, "not-a-key", ""); err == nil {
 		t.Error("a malformed preset was accepted")
+	}
+}
+
+func TestKeysAreUUIDsMaskedAsE2BsAndBounded(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	if err := s.CreateTeam(ctx, store.Team{ID: "t", Name: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := CreateKey(ctx, s, "t", store.KindAPIKey, "ci", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := uuid.Parse(k.ID); err != nil || len(k.ID) != 36 {
+		t.Errorf("ID %q is not a UUID: %v", k.ID, err)
+	}
+	m := MaskOf(k)
+	rest := strings.TrimPrefix(secret, APIKeyPrefix)
+	want := Masked{Prefix: "e2b_", ValueLength: 40, First: rest[:2], Last: rest[36:]}
+	if m != want {
+		t.Errorf("MaskOf = %+v, want %+v", m, want)
+	}
+	// A preset too short for a mask shows nothing of itself.
+	short := store.Key{Kind: store.KindAPIKey, Mask: Mask("e2b_abcdef")}
+	if m := MaskOf(short); m.First != "" || m.Last != "" {
+		t.Errorf("short key's mask shows %+v", m)
+	}
+	// The team's bound counts both kinds.
+	for i := 1; i < MaxTeamKeys; i++ {
+		if err := s.CreateKey(ctx, store.Key{ID: fmt.Sprint(i), TeamID: "t", Kind: store.KindAccessToken, Hash: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := CreateKey(ctx, s, "t", store.KindAPIKey, "one too many", ""); !errors.Is(err, ErrTooManyKeys) {
+		t.Errorf("key past MaxTeamKeys: %v", err)
 	}
 }

@@ -52,7 +52,10 @@
 // secret can never be sent to another server.
 //
 // With an egressProxy, every allowed connection is made through that
-// HTTP CONNECT proxy instead of directly (to the host name for a domain
-// match, else to the address); the proxy's own address must be one the
-// node lets sandboxes reach.
+// proxy instead of directly: SOCKS5 (RFC 1928/1929, as E2B's) at
+// host:port, HTTP CONNECT at http://host:port. A domain match or a host
+// with rules is asked for by name (the proxy resolves it: remote DNS),
+// anything else by address. The proxy's own address must be one the
+// node lets sandboxes reach, and a proxy that fails or breaks the
+// protocol fails the connection: it never goes out directly.
 package egress

@@ -34,12 +34,41 @@ type Transform struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// UpstreamProxy is an HTTP CONNECT proxy all of a sandbox's TCP egress is
-// sent through. Password is never returned by the API.
+// UpstreamProxy is the proxy all of a sandbox's TCP egress is sent
+// through. At "host:port" (or "socks5://host:port") it is a SOCKS5 proxy
+// (RFC 1928, with RFC 1929 user/password when Username is set), as
+// E2B's egressProxy is; at "http://host:port" it is an HTTP CONNECT
+// proxy (Basic credentials), which E2B does not have. Password is never
+// returned by the API.
 type UpstreamProxy struct {
 	Address  string `json:"address"`
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
+}
+
+// ProxyProtocol is what an upstream proxy speaks.
+type ProxyProtocol string
+
+const (
+	ProtocolSOCKS5  ProxyProtocol = "socks5"
+	ProtocolConnect ProxyProtocol = "http"
+)
+
+// Endpoint returns what u speaks and its "host:port", from Address's
+// scheme: none or socks5:// is SOCKS5, http:// is HTTP CONNECT.
+func (u UpstreamProxy) Endpoint() (ProxyProtocol, string) {
+	a := strings.TrimSpace(u.Address)
+	scheme, rest, ok := strings.Cut(a, "://")
+	if !ok {
+		return ProtocolSOCKS5, a
+	}
+	switch strings.ToLower(scheme) {
+	case "socks5", "socks5h":
+		return ProtocolSOCKS5, rest
+	case "http":
+		return ProtocolConnect, rest
+	}
+	return "", rest
 }
 
 // AllTraffic is the CIDR that allow_internet_access=false denies.
@@ -75,7 +104,7 @@ type Policy struct {
 	Domains []string
 	// Rules are the transforms of requests to matching hosts.
 	Rules []HostRule
-	// Upstream, if set, carries all TCP egress (CONNECT).
+	// Upstream, if set, carries all TCP egress (SOCKS5 or CONNECT).
 	Upstream *UpstreamProxy
 }
 
@@ -408,7 +437,11 @@ func checkHeader(host, name, value string) (Header, error) {
 // checkUpstream checks an egressProxy's syntax; whether its address may
 // be reached is decided where it is dialled.
 func checkUpstream(u UpstreamProxy) (UpstreamProxy, error) {
-	host, port, err := net.SplitHostPort(strings.TrimSpace(u.Address))
+	proto, hostPort := u.Endpoint()
+	if proto == "" {
+		return u, fmt.Errorf("%w: egressProxy.address %q: a SOCKS5 proxy is host:port (or socks5://host:port), an HTTP CONNECT proxy http://host:port; no other scheme is supported", ErrInvalid, u.Address)
+	}
+	host, port, err := net.SplitHostPort(hostPort)
 	if err != nil {
 		return u, fmt.Errorf("%w: egressProxy.address %q is not host:port", ErrInvalid, u.Address)
 	}
@@ -428,9 +461,15 @@ func checkUpstream(u UpstreamProxy) (UpstreamProxy, error) {
 	if u.Password != "" && u.Username == "" {
 		return u, fmt.Errorf("%w: egressProxy.password needs a username", ErrInvalid)
 	}
-	if strings.ContainsAny(u.Username, ":\r\n\x00") || strings.ContainsAny(u.Password, "\r\n\x00") {
-		return u, fmt.Errorf("%w: egressProxy username or password holds a character it may not (':' in the username, line breaks)", ErrInvalid)
+	// RFC 1929 carries any bytes; Basic credentials cannot hold a ':' in
+	// the user name, and no header may hold a line break.
+	if proto == ProtocolConnect && (strings.ContainsAny(u.Username, ":\r\n\x00") || strings.ContainsAny(u.Password, "\r\n\x00")) {
+		return u, fmt.Errorf("%w: egressProxy username or password holds a character an HTTP CONNECT proxy's may not (':' in the username, line breaks)", ErrInvalid)
 	}
-	u.Address = net.JoinHostPort(strings.ToLower(host), port)
+	canonical := net.JoinHostPort(strings.ToLower(host), port)
+	if scheme, _, ok := strings.Cut(strings.TrimSpace(u.Address), "://"); ok {
+		canonical = strings.ToLower(scheme) + "://" + canonical
+	}
+	u.Address = canonical
 	return u, nil
 }

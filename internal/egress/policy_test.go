@@ -29,6 +29,14 @@ func TestCompile(t *testing.T) {
 	if p.Upstream.Address != "proxy.example.net:3128" || !p.NeedsProxy() {
 		t.Errorf("upstream: %+v", p.Upstream)
 	}
+	if p := mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: " HTTP://Proxy.Example.net:3128"}}, true); p.Upstream.Address != "http://proxy.example.net:3128" {
+		t.Errorf("a CONNECT proxy's address: %q", p.Upstream.Address)
+	} else if proto, hp := p.Upstream.Endpoint(); proto != ProtocolConnect || hp != "proxy.example.net:3128" {
+		t.Errorf("a CONNECT proxy's endpoint: %s %s", proto, hp)
+	}
+	if proto, _ := p.Upstream.Endpoint(); proto != ProtocolSOCKS5 {
+		t.Errorf("a bare host:port is %s; want SOCKS5, as in E2B", proto)
+	}
 	if p, _ := Compile(Config{AllowOut: []string{"10.0.0.0/8"}}, true); p.NeedsProxy() || p.Empty() {
 		t.Error("an address-only policy needs the proxy, or is empty")
 	}
@@ -61,7 +69,14 @@ func TestCompile(t *testing.T) {
 		{Config{EgressProxy: &UpstreamProxy{Address: "proxy:0"}}, "1-65535"},
 		{Config{EgressProxy: &UpstreamProxy{Address: "[::1]:80"}}, "only IPv4"},
 		{Config{EgressProxy: &UpstreamProxy{Address: "p:80", Password: "x"}}, "needs a username"},
-		{Config{EgressProxy: &UpstreamProxy{Address: "p:80", Username: "a:b"}}, "character"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "http://p:80", Username: "a:b"}}, "character"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "http://p:80", Username: "a", Password: "b\r\nX: y"}}, "character"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "p:80", Username: "a:b", Password: "any\x00bytes:"}}, ""}, // RFC 1929 carries any bytes
+		{Config{EgressProxy: &UpstreamProxy{Address: "socks5://p:80"}}, ""},
+		{Config{EgressProxy: &UpstreamProxy{Address: "https://p:443"}}, "no other scheme"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "socks4://p:1080"}}, "no other scheme"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "http://p:80/path"}}, "1-65535"},
+		{Config{EgressProxy: &UpstreamProxy{Address: "p:80", Username: strings.Repeat("u", 256)}}, "at most 255"},
 	} {
 		_, err := Compile(c.cfg, true)
 		if c.want == "" {

@@ -483,10 +483,13 @@ func (cn *conn) upstream(ctx context.Context, early *earlyDial, host string, ver
 	}
 	if early != nil && target == cn.dst {
 		c, err := early.wait()
-		if err == nil {
-			return c, nil
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		if pol.Upstream != nil {
+			cn.entry.Via = pol.Upstream.Address
+		}
+		return c, nil
 	}
 	early.abandon()
 	if pol.Upstream != nil {

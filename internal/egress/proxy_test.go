@@ -661,7 +661,7 @@ func TestProxyUpstreamConnect(t *testing.T) {
 	real, _ := twinServers(t, nil)
 	up, tunnels := connectProxy(t, "127.0.0.4")
 	tp := newTestProxy(t, fakeResolver{}, nil, nil)
-	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: up.String(), Username: "user", Password: "pass"}}, true))
+	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: "http://" + up.String(), Username: "user", Password: "pass"}}, true))
 	if got, err := get(tp.client(real.addr, nil), "http://"+real.addr.String()+"/"); err != nil || !strings.HasPrefix(got, "server=real") {
 		t.Errorf("through the CONNECT proxy: %q, %v", got, err)
 	}
@@ -670,10 +670,10 @@ func TestProxyUpstreamConnect(t *testing.T) {
 	}
 	// Wrong credentials, and a proxy at an address the node refuses:
 	// refused, never sent directly.
-	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: up.String(), Username: "user", Password: "wrong"}}, true))
+	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: "http://" + up.String(), Username: "user", Password: "wrong"}}, true))
 	_, err := get(tp.client(real.addr, nil), "http://"+real.addr.String()+"/")
 	mustBeReset(t, "a CONNECT proxy refusing the credentials", err)
-	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: netip.AddrPortFrom(refusedInTests, up.Port()).String()}}, true))
+	tp.register(mustCompile(t, Config{EgressProxy: &UpstreamProxy{Address: "http://" + netip.AddrPortFrom(refusedInTests, up.Port()).String()}}, true))
 	_, err = get(tp.client(real.addr, nil), "http://"+real.addr.String()+"/")
 	mustBeReset(t, "a CONNECT proxy at a refused address", err)
 	if real.requests.Load() != 1 {

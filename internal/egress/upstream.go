@@ -132,45 +132,77 @@ func (d *dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // viaProxy opens a tunnel to target ("host:port" or "ip:port") through
-// the CONNECT proxy up.
+// the upstream proxy up, which must itself be at an address the node
+// lets sandboxes reach. A name in target is sent as a name: the proxy
+// resolves it. The whole handshake is bounded by the dial timeout.
 func (d *dialer) viaProxy(ctx context.Context, up *UpstreamProxy, target string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(up.Address)
+	proto, hostPort := up.Endpoint()
+	c, err := d.dialProxy(ctx, hostPort)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	var tunnel net.Conn
+	switch proto {
+	case ProtocolSOCKS5:
+		tunnel, err = socks5Handshake(hctx, c, up, target)
+	case ProtocolConnect:
+		tunnel, err = connectHandshake(hctx, c, up, target)
+	default:
+		err = errors.New("it speaks no protocol Warren knows")
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+	}
+	return tunnel, nil
+}
+
+// dialProxy connects to an upstream proxy at hostPort, by the first
+// address its name resolves to that the node lets sandboxes reach.
+func (d *dialer) dialProxy(ctx context.Context, hostPort string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(hostPort)
 	if err != nil {
 		return nil, err
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		if d.refused(a) {
-			return nil, fmt.Errorf("egress proxy %s: %w", up.Address, errRefused)
+			return nil, errRefused
 		}
 		addrs = []netip.Addr{a}
 	} else if addrs, err = d.resolve(ctx, host); err != nil {
-		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+		return nil, err
 	}
-	p, _ := netip.ParseAddrPort(net.JoinHostPort(addrs[0].String(), port))
-	c, err := d.direct(ctx, p)
+	p, err := netip.ParseAddrPort(net.JoinHostPort(addrs[0].String(), port))
 	if err != nil {
-		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+		return nil, err
 	}
-	_ = c.SetDeadline(time.Now().Add(d.timeout))
+	return d.direct(ctx, p)
+}
+
+// connectHandshake asks the HTTP CONNECT proxy on c for a tunnel to
+// target.
+func connectHandshake(ctx context.Context, c net.Conn, up *UpstreamProxy, target string) (net.Conn, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
 	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
 	if up.Username != "" {
 		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(up.Username+":"+up.Password)) + "\r\n"
 	}
 	if _, err := c.Write([]byte(req + "\r\n")); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("egress proxy %s: %w", up.Address, err)
+		return nil, err
 	}
 	br := bufio.NewReader(c)
 	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("egress proxy %s: reading its answer: %w", up.Address, err)
+		return nil, fmt.Errorf("reading its answer: %w", err)
 	}
 	res.Body.Close()
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		c.Close()
-		return nil, fmt.Errorf("egress proxy %s answered %s to CONNECT %s", up.Address, res.Status, target)
+		return nil, fmt.Errorf("it answered %s to CONNECT %s", res.Status, target)
 	}
 	_ = c.SetDeadline(time.Time{})
 	return &bufferedConn{Conn: c, r: br}, nil

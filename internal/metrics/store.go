@@ -73,8 +73,12 @@ func (ts *timedStore) ListKeys(ctx context.Context, teamID string) ([]store.Key,
 	return timed(ts, "ListKeys", func() ([]store.Key, error) { return ts.Store.ListKeys(ctx, teamID) })
 }
 
-func (ts *timedStore) DeleteKey(ctx context.Context, id string) error {
-	return timed0(ts, "DeleteKey", func() error { return ts.Store.DeleteKey(ctx, id) })
+func (ts *timedStore) RenameKey(ctx context.Context, teamID, id, name string) error {
+	return timed0(ts, "RenameKey", func() error { return ts.Store.RenameKey(ctx, teamID, id, name) })
+}
+
+func (ts *timedStore) DeleteKey(ctx context.Context, teamID, id string) error {
+	return timed0(ts, "DeleteKey", func() error { return ts.Store.DeleteKey(ctx, teamID, id) })
 }
 
 func (ts *timedStore) CreateSandbox(ctx context.Context, s store.Sandbox) error {

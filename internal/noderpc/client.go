@@ -196,7 +196,7 @@ func (c *Client) Metrics(ctx context.Context, teamID, id string, start, end time
 	out := make([]sandbox.Metric, 0, len(res.Msg.Metrics))
 	for _, m := range res.Msg.Metrics {
 		out = append(out, sandbox.Metric{Time: unixMS(m.TimeUnixMs), CPUCount: int(m.CpuCount), CPUUsedPct: m.CpuUsedPct,
-			MemUsed: m.MemUsed, MemTotal: m.MemTotal, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal})
+			MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal})
 	}
 	return out, nil
 }

@@ -259,7 +259,7 @@ func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.Metric
 	out := &nodev1.MetricsResponse{}
 	for _, m := range ms {
 		out.Metrics = append(out.Metrics, &nodev1.Metric{TimeUnixMs: m.Time.UnixMilli(), CpuCount: int32(m.CPUCount), CpuUsedPct: m.CPUUsedPct,
-			MemUsed: m.MemUsed, MemTotal: m.MemTotal, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal})
+			MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal})
 	}
 	return reply(out), nil
 }

@@ -107,6 +107,12 @@ func readStats(m *cgroupMounts, cg string) (Stats, error) {
 		var err error
 		st.MemoryBytes, err = readUint(filepath.Join(d, cur))
 		errs = append(errs, err)
+		cacheKey := "cache"
+		if v2 {
+			cacheKey = "file"
+		}
+		// Best effort: memory.stat lacks nothing the sandbox needs.
+		st.MemoryCacheBytes, _ = readKeyed(filepath.Join(d, "memory.stat"), cacheKey)
 		if l, err := readUint(filepath.Join(d, lim)); err == nil && l < 1<<62 {
 			st.MemoryLimitBytes = l // v1 reports "unlimited" as a huge number
 		}

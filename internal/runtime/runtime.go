@@ -159,6 +159,9 @@ type Stats struct {
 	MemoryBytes uint64
 	// MemoryLimitBytes is the cgroup's memory limit, 0 when unlimited.
 	MemoryLimitBytes uint64
+	// MemoryCacheBytes is the page cache part of MemoryBytes (memory.stat
+	// "file" on cgroup v2, "cache" on v1).
+	MemoryCacheBytes uint64
 	// Pids is the number of host tasks in the cgroup. Under runc these are
 	// the sandbox's threads and processes; under runsc they are the
 	// sentry's and its systrap stubs', not the guest's processes.

@@ -25,7 +25,8 @@ type Sealer interface {
 	Open(sealed, context string) (string, error)
 }
 
-// EgressProxy is a sandbox's upstream CONNECT proxy as its record keeps
+// EgressProxy is a sandbox's upstream proxy (SOCKS5 at host:port, HTTP
+// CONNECT at http://host:port: egress.UpstreamProxy) as its record keeps
 // it: the password the API was given is sealed into PasswordSealed.
 type EgressProxy struct {
 	Address        string `json:"address"`
@@ -106,7 +107,8 @@ func (m *Manager) checkUpstream(ctx context.Context, p egress.Policy) error {
 	if p.Upstream == nil || m.cfg.CheckEgressProxy == nil {
 		return nil
 	}
-	if err := m.cfg.CheckEgressProxy(ctx, p.Upstream.Address); err != nil {
+	_, hostPort := p.Upstream.Endpoint()
+	if err := m.cfg.CheckEgressProxy(ctx, hostPort); err != nil {
 		return fmt.Errorf("%w: egressProxy %s: %v", ErrInvalid, p.Upstream.Address, err)
 	}
 	return nil

@@ -16,8 +16,10 @@ type Metric struct {
 	CPUUsedPct float64
 	MemUsed    int64
 	MemTotal   int64
-	DiskUsed   int64
-	DiskTotal  int64
+	// MemCache is the page cache part of MemUsed.
+	MemCache  int64
+	DiskUsed  int64
+	DiskTotal int64
 }
 
 // errPaused: a paused sandbox has nothing to sample; its samples from
@@ -59,7 +61,8 @@ func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 		since = l.startedAt
 	}
 	cpuCount := l.cpuCount
-	met := Metric{Time: now, CPUCount: cpuCount, MemUsed: int64(st.MemoryBytes), MemTotal: int64(l.memoryMB) << 20}
+	met := Metric{Time: now, CPUCount: cpuCount, MemUsed: int64(st.MemoryBytes), MemTotal: int64(l.memoryMB) << 20,
+		MemCache: int64(st.MemoryCacheBytes)}
 	if st.MemoryLimitBytes > 0 {
 		met.MemTotal = int64(st.MemoryLimitBytes)
 	}

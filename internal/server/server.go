@@ -199,6 +199,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	ensureMCPGateway(ctx, images, filepath.Join(filepath.Dir(envd), "mcp-gateway"), log)
 	// Team secrets are sealed under the node key, or in a cluster under
 	// the cluster secret, which every process holds.
 	var sealer *secret.Sealer
@@ -570,6 +571,24 @@ func openImages(cfg Config) (*image.Store, error) {
 		return nil, fmt.Errorf("the base template is missing in %s: run `warren setup --data-dir %s` first (%v)", cfg.DataDir, cfg.DataDir, err)
 	}
 	return images, nil
+}
+
+// ensureMCPGateway builds the mcp-gateway template (the E2B SDK's for
+// Sandbox.create({ mcp })) from the gateway binary beside envd, when it
+// is missing or of another binary: a copy of one file, done at every
+// start so that the template's gateway is this build's. Without the
+// binary the template stays missing and its creates say so.
+func ensureMCPGateway(ctx context.Context, images *image.Store, bin string, log *slog.Logger) {
+	if _, err := os.Stat(bin); err != nil {
+		log.Warn("no mcp-gateway binary beside envd: the mcp-gateway template is not served (build it with `make build`)", "path", bin)
+		return
+	}
+	t, err := baseimage.EnsureMCPGateway(ctx, images, bin, nil)
+	if err != nil {
+		log.Error("building the mcp-gateway template", "err", err)
+		return
+	}
+	log.Info("built-in template ready", "template", t.ID, "layers", t.Layers)
 }
 
 // findEnvd is the static envd binary: path, else envd beside this

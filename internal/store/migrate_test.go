@@ -385,3 +385,41 @@ func TestNamesMoveIntoTheirTeams(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyIDsBecomeUUIDs: migration 0019 turns each 16-hex-digit key ID
+// into a UUID that holds all its digits (so two old IDs never meet), and
+// leaves the key otherwise as it was.
+func TestKeyIDsBecomeUUIDs(t *testing.T) {
+	for kind, b := range blankDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			if err := migrate(ctx, b.db, b.d, migrationsUpTo(t, 18), b.locker()); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				"INSERT INTO teams (id, name, created_at) VALUES ('default', 'default', 0)",
+				"INSERT INTO keys (id, team_id, kind, name, hash, mask, created_at) VALUES ('0123456789abcdef', 'default', 'api_key', 'old', 'h1', 'e2b_0123…wxyz', 5)",
+				"INSERT INTO keys (id, team_id, kind, name, hash, mask, created_at) VALUES ('0123456789abcdee', 'default', 'access_token', 'old2', 'h2', 'sk_e2b_0…wxyz', 6)",
+			} {
+				if _, err := b.db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := migrate(ctx, b.db, b.d, migrationsUpTo(t, 19), b.locker()); err != nil {
+				t.Fatal(err)
+			}
+			s := &SQL{db: b.db, d: b.d}
+			keys, err := s.ListKeys(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"01234567-89ab-4cde-8f00-000000000000", "01234567-89ab-4cde-8e00-000000000000"}
+			if len(keys) != 2 || keys[0].ID != want[0] || keys[1].ID != want[1] {
+				t.Fatalf("keys after 0019: %+v, want IDs %v", keys, want)
+			}
+			if k := keys[0]; k.Name != "old" || k.Hash != "h1" || k.Mask != "e2b_0123…wxyz" || k.ValueLength != 0 || k.Kind != KindAPIKey {
+				t.Errorf("key changed beyond its ID: %+v", k)
+			}
+		})
+	}
+}

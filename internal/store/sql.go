@@ -195,21 +195,21 @@ func scanTeam(row interface{ Scan(...any) error }) (Team, error) {
 // Keys.
 
 func (s *SQL) CreateKey(ctx context.Context, k Key) error {
-	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO keys (id, team_id, kind, name, hash, mask, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-		k.ID, k.TeamID, string(k.Kind), k.Name, k.Hash, k.Mask, ms(k.CreatedAt))
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO keys (id, team_id, kind, name, hash, mask, value_length, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+		k.ID, k.TeamID, string(k.Kind), k.Name, k.Hash, k.Mask, k.ValueLength, ms(k.CreatedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: key %s: %w", k.ID, ErrConflict)
 	}
 	return err
 }
 
-const keyColumns = "id, team_id, kind, name, hash, mask, created_at"
+const keyColumns = "id, team_id, kind, name, hash, mask, value_length, created_at"
 
 func scanKey(row interface{ Scan(...any) error }) (Key, error) {
 	var k Key
 	var kind string
 	var created int64
-	err := row.Scan(&k.ID, &k.TeamID, &kind, &k.Name, &k.Hash, &k.Mask, &created)
+	err := row.Scan(&k.ID, &k.TeamID, &kind, &k.Name, &k.Hash, &k.Mask, &k.ValueLength, &created)
 	k.Kind, k.CreatedAt = KeyKind(kind), fromMS(created)
 	return k, err
 }
@@ -220,6 +220,9 @@ func (s *SQL) KeyByHash(ctx context.Context, kind KeyKind, hash string) (Key, er
 }
 
 func (s *SQL) ListKeys(ctx context.Context, teamID string) ([]Key, error) {
+	if teamID == "" {
+		return nil, nil
+	}
 	return queryAll(ctx, s.db, s.q("SELECT "+keyColumns+" FROM keys WHERE team_id = ? ORDER BY created_at, id"), scanKey, teamID)
 }
 
@@ -241,12 +244,27 @@ func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(in
 	return out, rows.Err()
 }
 
-func (s *SQL) DeleteKey(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, s.q("DELETE FROM keys WHERE id = ?"), id)
+func (s *SQL) RenameKey(ctx context.Context, teamID, id, name string) error {
+	return s.changeKey(ctx, teamID, id, "UPDATE keys SET name = ? WHERE team_id = ? AND id = ?", name, teamID, id)
+}
+
+func (s *SQL) DeleteKey(ctx context.Context, teamID, id string) error {
+	return s.changeKey(ctx, teamID, id, "DELETE FROM keys WHERE team_id = ? AND id = ?", teamID, id)
+}
+
+// changeKey runs a statement on one of team's keys: ErrNotFound when it
+// touches none (another team's key, or no team).
+func (s *SQL) changeKey(ctx context.Context, teamID, id, stmt string, args ...any) error {
+	if teamID == "" {
+		return fmt.Errorf("store: key %s: %w", id, ErrNotFound)
+	}
+	res, err := s.db.ExecContext(ctx, s.q(stmt), args...)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
 		return fmt.Errorf("store: key %s: %w", id, ErrNotFound)
 	}
 	return nil

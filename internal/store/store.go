@@ -78,13 +78,16 @@ const (
 // Key is an API key or access token. Only its hash is stored; Mask is a
 // recognisable, harmless part of it for listings (prefix and last chars).
 type Key struct {
-	ID        string
-	TeamID    string
-	Kind      KeyKind
-	Name      string
-	Hash      string
-	Mask      string
-	CreatedAt time.Time
+	ID     string
+	TeamID string
+	Kind   KeyKind
+	Name   string
+	Hash   string
+	Mask   string
+	// ValueLength is the length of the secret after its kind's prefix
+	// (40 for the keys Warren makes); 0 for keys stored before it was.
+	ValueLength int
+	CreatedAt   time.Time
 }
 
 // SandboxState is a sandbox's lifecycle state.
@@ -192,8 +195,15 @@ type Store interface {
 	CreateKey(ctx context.Context, k Key) error
 	// KeyByHash finds a key of the given kind by its hash.
 	KeyByHash(ctx context.Context, kind KeyKind, hash string) (Key, error)
+	// ListKeys lists a team's keys of both kinds, oldest first. An empty
+	// teamID lists none.
 	ListKeys(ctx context.Context, teamID string) ([]Key, error)
-	DeleteKey(ctx context.Context, id string) error
+	// RenameKey renames one of team's keys; ErrNotFound for a key of
+	// another team, or an empty teamID.
+	RenameKey(ctx context.Context, teamID, id, name string) error
+	// DeleteKey deletes one of team's keys; ErrNotFound for a key of
+	// another team, or an empty teamID.
+	DeleteKey(ctx context.Context, teamID, id string) error
 
 	CreateSandbox(ctx context.Context, s Sandbox) error
 	GetSandbox(ctx context.Context, id string) (Sandbox, error)

@@ -105,7 +105,7 @@ func TestTeamsAndKeys(t *testing.T) {
 		if _, err := s.GetTeam(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("missing team: %v", err)
 		}
-		k := Key{ID: "k1", TeamID: "team1", Kind: KindAPIKey, Name: "first", Hash: "h1", Mask: "e2b_ab…yz", CreatedAt: t0}
+		k := Key{ID: "k1", TeamID: "team1", Kind: KindAPIKey, Name: "first", Hash: "h1", Mask: "e2b_ab…yz", ValueLength: 40, CreatedAt: t0}
 		if err := s.CreateKey(ctx, k); err != nil {
 			t.Fatal(err)
 		}
@@ -124,10 +124,38 @@ func TestTeamsAndKeys(t *testing.T) {
 		if keys, err := s.ListKeys(ctx, "team1"); err != nil || len(keys) != 2 {
 			t.Errorf("ListKeys = %v %v", keys, err)
 		}
-		if err := s.DeleteKey(ctx, "k1"); err != nil {
+		// Renames and deletes are the team's: another team's key, or no
+		// team, touches nothing.
+		if err := s.CreateTeam(ctx, Team{ID: "team2", Name: "other", CreatedAt: t0}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.DeleteKey(ctx, "k1"); !errors.Is(err, ErrNotFound) {
+		if keys, err := s.ListKeys(ctx, ""); err != nil || len(keys) != 0 {
+			t.Errorf("ListKeys of no team = %v %v", keys, err)
+		}
+		for _, team := range []string{"team2", ""} {
+			if err := s.RenameKey(ctx, team, "k1", "stolen"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("rename by team %q: %v", team, err)
+			}
+			if err := s.DeleteKey(ctx, team, "k1"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("delete by team %q: %v", team, err)
+			}
+		}
+		if got, err := s.KeyByHash(ctx, KindAPIKey, "h1"); err != nil || got != k {
+			t.Errorf("after another team's attempts: %+v %v", got, err)
+		}
+		if err := s.RenameKey(ctx, "team1", "k1", "renamed"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.KeyByHash(ctx, KindAPIKey, "h1"); err != nil || got.Name != "renamed" {
+			t.Errorf("renamed: %+v %v", got, err)
+		}
+		if err := s.RenameKey(ctx, "team1", "nope", "x"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("rename of a missing key: %v", err)
+		}
+		if err := s.DeleteKey(ctx, "team1", "k1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteKey(ctx, "team1", "k1"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("second delete: %v", err)
 		}
 	})

@@ -652,7 +652,7 @@ func (b *Builder) Status(ctx context.Context, teamID, templateID, buildID string
 	return Status{Build: bd, Logs: logs}, nil
 }
 
-// builtin returns a built-in template (base, code-interpreter-v1), which
+// builtin returns a built-in template (base, code-interpreter-v1, mcp-gateway), which
 // every team may use. One that `warren setup` has not built (yet) is
 // ErrUnavailable.
 func (b *Builder) builtin(name string) (*image.Template, error) {
@@ -667,6 +667,9 @@ func (b *Builder) builtin(name string) (*image.Template, error) {
 			}
 		}
 		return nil, fmt.Errorf("%w: the %s template is not built on this node yet (`warren setup` builds it, or `warren serve --build-code-interpreter` in the background)", ErrUnavailable, name)
+	}
+	if err != nil && name == baseimage.MCPGatewayID {
+		return nil, fmt.Errorf("%w: the %s template is not built on this node: `warren serve` builds it at start from the mcp-gateway binary beside envd (`make build` makes it)", ErrUnavailable, name)
 	}
 	return t, err
 }
@@ -683,7 +686,70 @@ func builtinMemoryMB(id string) int {
 // builtinName tells whether name is a built-in template's, which no
 // team's template may take.
 func builtinName(name string) bool {
-	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID
+	return name == baseimage.TemplateID || name == baseimage.CodeInterpreterID || name == baseimage.MCPGatewayID
+}
+
+// dockerfileSpec is the build a Dockerfile request asks for. COPY and ADD
+// need files uploaded by the SDK's flow, which these requests have no
+// room for, so they are refused.
+func dockerfileSpec(req RebuildRequest) (buildspec.Spec, error) {
+	spec, err := dockerfile.Parse(req.Dockerfile)
+	if err != nil {
+		return buildspec.Spec{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	for i, st := range spec.Steps {
+		if st.Type == "COPY" {
+			return buildspec.Spec{}, fmt.Errorf("%w: step %d: COPY/ADD need the build context's files, which this endpoint cannot receive: build with the SDK or `warren template build`", ErrInvalid, i+1)
+		}
+	}
+	if req.StartCmd != nil {
+		spec.StartCmd = *req.StartCmd
+	}
+	if req.ReadyCmd != nil {
+		spec.ReadyCmd = *req.ReadyCmd
+	}
+	if spec.StartCmd == "" {
+		spec.ReadyCmd = ""
+	}
+	return spec, nil
+}
+
+// CreateFromDockerfile is E2B's first template call (POST /templates):
+// the team's template named req.Alias, made if it is new, and a build of
+// it from the Dockerfile, started at once. The request is checked whole
+// before anything is made.
+func (b *Builder) CreateFromDockerfile(ctx context.Context, teamID string, req RebuildRequest) (TemplateInfo, error) {
+	if req.Alias == "" {
+		return TemplateInfo{}, fmt.Errorf("%w: alias is required: Warren's templates are started by name", ErrInvalid)
+	}
+	spec, err := dockerfileSpec(req)
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return TemplateInfo{}, err
+	}
+	c, err := b.Create(ctx, CreateRequest{TeamID: teamID, Name: req.Alias, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB})
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	if err := b.StartBuild(ctx, teamID, c.Template.ID, c.BuildID, spec); err != nil {
+		return TemplateInfo{}, err
+	}
+	return b.Get(ctx, teamID, c.Template.ID)
+}
+
+// SetPublic publishes (every team may start sandboxes from it) or
+// unpublishes one of the team's templates.
+func (b *Builder) SetPublic(ctx context.Context, teamID, ref string, public bool) (store.Template, error) {
+	t, _, err := b.owned(ctx, teamID, ref)
+	if err != nil {
+		return store.Template{}, err
+	}
+	return b.cfg.Store.UpdateTemplate(ctx, t.ID, func(x *store.Template) error {
+		x.Public, x.UpdatedAt = public, time.Now()
+		return nil
+	})
 }
 
 // RebuildRequest is POST /templates/{templateID}: a new build of the
@@ -702,23 +768,9 @@ type RebuildRequest struct {
 // COPY and ADD need files uploaded by the SDK's flow, which this request
 // has no room for, so they are refused.
 func (b *Builder) Rebuild(ctx context.Context, teamID, templateID string, req RebuildRequest) (TemplateInfo, error) {
-	spec, err := dockerfile.Parse(req.Dockerfile)
+	spec, err := dockerfileSpec(req)
 	if err != nil {
-		return TemplateInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	for i, st := range spec.Steps {
-		if st.Type == "COPY" {
-			return TemplateInfo{}, fmt.Errorf("%w: step %d: COPY/ADD need the build context's files, which this endpoint cannot receive: build with the SDK or `warren template build`", ErrInvalid, i+1)
-		}
-	}
-	if req.StartCmd != nil {
-		spec.StartCmd = *req.StartCmd
-	}
-	if req.ReadyCmd != nil {
-		spec.ReadyCmd = *req.ReadyCmd
-	}
-	if spec.StartCmd == "" {
-		spec.ReadyCmd = ""
+		return TemplateInfo{}, err
 	}
 	if err := b.checkResources(req.CPUCount, req.MemoryMB); err != nil {
 		return TemplateInfo{}, err

@@ -105,6 +105,19 @@ type ConnectSandbox struct {
 	Timeout *int32 `json:"timeout,omitempty"`
 }
 
+// CreatedTeamAPIKey defines model for CreatedTeamAPIKey.
+type CreatedTeamAPIKey struct {
+	CreatedAt time.Time          `json:"createdAt"`
+	CreatedBy *TeamUser          `json:"createdBy"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// Key The key; never shown again.
+	Key      string                   `json:"key"`
+	LastUsed *time.Time               `json:"lastUsed"`
+	Mask     IdentifierMaskingDetails `json:"mask"`
+	Name     string                   `json:"name"`
+}
+
 // DeleteTemplateTagsRequest defines model for DeleteTemplateTagsRequest.
 type DeleteTemplateTagsRequest struct {
 	Name string   `json:"name"`
@@ -114,8 +127,13 @@ type DeleteTemplateTagsRequest struct {
 // Error defines model for Error.
 type Error struct {
 	// Code The HTTP status.
-	Code    int32  `json:"code"`
-	Message string `json:"message"`
+	Code int32 `json:"code"`
+
+	// ErrorCode E2B's machine-readable cause, on the failures E2B names (sandbox creates, resumes,
+	// connects and forks): sandbox_capacity_unavailable (503), sandbox_placement_timeout (504),
+	// sandbox_create_failed (500), internal_server_error (500). Absent elsewhere.
+	ErrorCode *string `json:"error_code,omitempty"`
+	Message   string  `json:"message"`
 }
 
 // ForkSandbox defines model for ForkSandbox.
@@ -140,6 +158,21 @@ type FromImageRegistry struct {
 // Health defines model for Health.
 type Health struct {
 	Status string `json:"status"`
+}
+
+// IdentifierMaskingDetails defines model for IdentifierMaskingDetails.
+type IdentifierMaskingDetails struct {
+	// MaskedValuePrefix The first two characters after the prefix.
+	MaskedValuePrefix string `json:"maskedValuePrefix"`
+
+	// MaskedValueSuffix The last four characters.
+	MaskedValueSuffix string `json:"maskedValueSuffix"`
+
+	// Prefix The key's kind (e2b_).
+	Prefix string `json:"prefix"`
+
+	// ValueLength Length of the key after its prefix.
+	ValueLength int `json:"valueLength"`
 }
 
 // ListedSandbox defines model for ListedSandbox.
@@ -193,6 +226,11 @@ type NewSecret struct {
 type NewSnapshot struct {
 	// Name name or name:tag (a namespace/ before it is accepted and dropped).
 	Name *string `json:"name,omitempty"`
+}
+
+// NewTeamAPIKey defines model for NewTeamAPIKey.
+type NewTeamAPIKey struct {
+	Name string `json:"name"`
 }
 
 // NewVolume defines model for NewVolume.
@@ -252,9 +290,9 @@ type SandboxDetail struct {
 	VolumeMounts        *[]VolumeMount        `json:"volumeMounts,omitempty"`
 }
 
-// SandboxEgressProxyConfig An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+// SandboxEgressProxyConfig The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 type SandboxEgressProxyConfig struct {
-	// Address host:port
+	// Address host:port (SOCKS5), socks5://host:port, or http://host:port (HTTP CONNECT)
 	Address  string  `json:"address"`
 	Password *string `json:"password,omitempty"`
 	Username *string `json:"username,omitempty"`
@@ -306,9 +344,11 @@ type SandboxMetric struct {
 	CpuUsedPct float32 `json:"cpuUsedPct"`
 	DiskTotal  int64   `json:"diskTotal"`
 	DiskUsed   int64   `json:"diskUsed"`
-	MemCache   *int64  `json:"memCache,omitempty"`
-	MemTotal   int64   `json:"memTotal"`
-	MemUsed    int64   `json:"memUsed"`
+
+	// MemCache Page cache charged to the sandbox
+	MemCache int64 `json:"memCache"`
+	MemTotal int64 `json:"memTotal"`
+	MemUsed  int64 `json:"memUsed"`
 
 	// Timestamp Deprecated but read by the SDK.
 	Timestamp     time.Time `json:"timestamp"`
@@ -324,7 +364,7 @@ type SandboxNetworkConfig struct {
 	// DenyOut CIDRs and IPs (no domains) sandboxes may not reach.
 	DenyOut *[]string `json:"denyOut,omitempty"`
 
-	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	// EgressProxy The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 	EgressProxy     *SandboxEgressProxyConfig `json:"egressProxy"`
 	MaskRequestHost *string                   `json:"maskRequestHost,omitempty"`
 
@@ -352,7 +392,7 @@ type SandboxNetworkUpdateConfig struct {
 	AllowInternetAccess *bool     `json:"allow_internet_access,omitempty"`
 	DenyOut             *[]string `json:"denyOut,omitempty"`
 
-	// EgressProxy An HTTP CONNECT proxy all of the sandbox's TCP egress goes through. The password is never returned.
+	// EgressProxy The proxy all of the sandbox's allowed TCP egress goes through, after allowOut/denyOut: SOCKS5 (RFC 1928, user/password per RFC 1929) at "host:port" or "socks5://host:port", as in E2B; a domain-matched flow is asked for by name (ATYP domain: the proxy resolves it). Warren also takes an HTTP CONNECT proxy at "http://host:port". The proxy's own address must be one sandboxes may reach. The password is never returned.
 	EgressProxy *SandboxEgressProxyConfig `json:"egressProxy"`
 
 	// Rules A host (example.com, *.example.com) to the transforms of its outbound HTTP(S) requests.
@@ -389,6 +429,25 @@ type SnapshotInfo struct {
 // StringMap defines model for StringMap.
 type StringMap map[string]string
 
+// Team defines model for Team.
+type Team struct {
+	// ApiKey A new API key of the team
+	ApiKey    string `json:"apiKey"`
+	IsDefault bool   `json:"isDefault"`
+	Name      string `json:"name"`
+	TeamID    string `json:"teamID"`
+}
+
+// TeamAPIKey defines model for TeamAPIKey.
+type TeamAPIKey struct {
+	CreatedAt time.Time                `json:"createdAt"`
+	CreatedBy *TeamUser                `json:"createdBy"`
+	Id        openapi_types.UUID       `json:"id"`
+	LastUsed  *time.Time               `json:"lastUsed"`
+	Mask      IdentifierMaskingDetails `json:"mask"`
+	Name      string                   `json:"name"`
+}
+
 // TeamUser defines model for TeamUser.
 type TeamUser struct {
 	Email *string            `json:"email"`
@@ -397,22 +456,22 @@ type TeamUser struct {
 
 // Template defines model for Template.
 type Template struct {
-	Aliases       []string             `json:"aliases"`
-	BuildCount    int32                `json:"buildCount"`
-	BuildID       string               `json:"buildID"`
-	BuildStatus   *TemplateBuildStatus `json:"buildStatus,omitempty"`
-	CpuCount      int32                `json:"cpuCount"`
-	CreatedAt     time.Time            `json:"createdAt"`
-	CreatedBy     *TeamUser            `json:"createdBy"`
-	DiskSizeMB    int32                `json:"diskSizeMB"`
-	EnvdVersion   string               `json:"envdVersion"`
-	LastSpawnedAt *time.Time           `json:"lastSpawnedAt"`
-	MemoryMB      int32                `json:"memoryMB"`
-	Names         *[]string            `json:"names,omitempty"`
-	Public        bool                 `json:"public"`
-	SpawnCount    int64                `json:"spawnCount"`
-	TemplateID    string               `json:"templateID"`
-	UpdatedAt     time.Time            `json:"updatedAt"`
+	Aliases       []string            `json:"aliases"`
+	BuildCount    int32               `json:"buildCount"`
+	BuildID       string              `json:"buildID"`
+	BuildStatus   TemplateBuildStatus `json:"buildStatus"`
+	CpuCount      int32               `json:"cpuCount"`
+	CreatedAt     time.Time           `json:"createdAt"`
+	CreatedBy     *TeamUser           `json:"createdBy"`
+	DiskSizeMB    int32               `json:"diskSizeMB"`
+	EnvdVersion   string              `json:"envdVersion"`
+	LastSpawnedAt *time.Time          `json:"lastSpawnedAt"`
+	MemoryMB      int32               `json:"memoryMB"`
+	Names         []string            `json:"names"`
+	Public        bool                `json:"public"`
+	SpawnCount    int64               `json:"spawnCount"`
+	TemplateID    string              `json:"templateID"`
+	UpdatedAt     time.Time           `json:"updatedAt"`
 }
 
 // TemplateBuild defines model for TemplateBuild.
@@ -454,6 +513,15 @@ type TemplateBuildRequest struct {
 	ReadyCmd   *string `json:"readyCmd,omitempty"`
 	StartCmd   *string `json:"startCmd,omitempty"`
 	TeamID     *string `json:"teamID,omitempty"`
+}
+
+// TemplateBuildRequestV2 defines model for TemplateBuildRequestV2.
+type TemplateBuildRequestV2 struct {
+	Alias    string `json:"alias"`
+	CpuCount *int32 `json:"cpuCount,omitempty"`
+	MemoryMB *int32 `json:"memoryMB,omitempty"`
+	// Deprecated:
+	TeamID *string `json:"teamID,omitempty"`
 }
 
 // TemplateBuildRequestV3 defines model for TemplateBuildRequestV3.
@@ -508,6 +576,17 @@ type TemplateTag struct {
 	Tag       string    `json:"tag"`
 }
 
+// TemplateUpdateRequest defines model for TemplateUpdateRequest.
+type TemplateUpdateRequest struct {
+	// Public true: every team may start sandboxes from it.
+	Public *bool `json:"public,omitempty"`
+}
+
+// TemplateUpdateResponse defines model for TemplateUpdateResponse.
+type TemplateUpdateResponse struct {
+	Names []string `json:"names"`
+}
+
 // TemplateWithBuilds defines model for TemplateWithBuilds.
 type TemplateWithBuilds struct {
 	Aliases       []string        `json:"aliases"`
@@ -519,6 +598,11 @@ type TemplateWithBuilds struct {
 	SpawnCount    int64           `json:"spawnCount"`
 	TemplateID    string          `json:"templateID"`
 	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
+// UpdateTeamAPIKey defines model for UpdateTeamAPIKey.
+type UpdateTeamAPIKey struct {
+	Name string `json:"name"`
 }
 
 // Volume defines model for Volume.
@@ -703,6 +787,13 @@ type GetSandboxLogsV2ParamsDirection string
 // GetSandboxLogsV2ParamsSource defines parameters for GetSandboxLogsV2.
 type GetSandboxLogsV2ParamsSource string
 
+// ListTemplatesV2Params defines parameters for ListTemplatesV2.
+type ListTemplatesV2Params struct {
+	TeamID    *string `form:"teamID,omitempty" json:"teamID,omitempty"`
+	Limit     *int32  `form:"limit,omitempty" json:"limit,omitempty"`
+	NextToken *string `form:"nextToken,omitempty" json:"nextToken,omitempty"`
+}
+
 // ListVolumeDirParams defines parameters for ListVolumeDir.
 type ListVolumeDirParams struct {
 	// Depth Levels listed below the directory, 1 to 10 (0 means 1).
@@ -772,6 +863,12 @@ type UpdateVolumePathParams struct {
 	Path VolumePath `form:"path" json:"path"`
 }
 
+// CreateApiKeyJSONRequestBody defines body for CreateApiKey for application/json ContentType.
+type CreateApiKeyJSONRequestBody = NewTeamAPIKey
+
+// UpdateApiKeyJSONRequestBody defines body for UpdateApiKey for application/json ContentType.
+type UpdateApiKeyJSONRequestBody = UpdateTeamAPIKey
+
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = NewSandbox
 
@@ -805,11 +902,17 @@ type CreateSecretJSONRequestBody = NewSecret
 // UpdateSecretJSONRequestBody defines body for UpdateSecret for application/json ContentType.
 type UpdateSecretJSONRequestBody = SecretUpdate
 
+// CreateTemplateLegacyJSONRequestBody defines body for CreateTemplateLegacy for application/json ContentType.
+type CreateTemplateLegacyJSONRequestBody = TemplateBuildRequest
+
 // DeleteTemplateTagsJSONRequestBody defines body for DeleteTemplateTags for application/json ContentType.
 type DeleteTemplateTagsJSONRequestBody = DeleteTemplateTagsRequest
 
 // AssignTemplateTagsJSONRequestBody defines body for AssignTemplateTags for application/json ContentType.
 type AssignTemplateTagsJSONRequestBody = AssignTemplateTagsRequest
+
+// UpdateTemplateJSONRequestBody defines body for UpdateTemplate for application/json ContentType.
+type UpdateTemplateJSONRequestBody = TemplateUpdateRequest
 
 // RebuildTemplateJSONRequestBody defines body for RebuildTemplate for application/json ContentType.
 type RebuildTemplateJSONRequestBody = TemplateBuildRequest
@@ -819,6 +922,12 @@ type CreateSandboxV2JSONRequestBody = NewSandbox
 
 // ConnectSandboxV2JSONRequestBody defines body for ConnectSandboxV2 for application/json ContentType.
 type ConnectSandboxV2JSONRequestBody = ConnectSandbox
+
+// CreateTemplateV2JSONRequestBody defines body for CreateTemplateV2 for application/json ContentType.
+type CreateTemplateV2JSONRequestBody = TemplateBuildRequestV2
+
+// UpdateTemplateV2JSONRequestBody defines body for UpdateTemplateV2 for application/json ContentType.
+type UpdateTemplateV2JSONRequestBody = TemplateUpdateRequest
 
 // StartTemplateBuildV2JSONRequestBody defines body for StartTemplateBuildV2 for application/json ContentType.
 type StartTemplateBuildV2JSONRequestBody = TemplateBuildStartV2
@@ -834,6 +943,18 @@ type CreateVolumeJSONRequestBody = NewVolume
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+
+	// (GET /api-keys)
+	ListApiKeys(w http.ResponseWriter, r *http.Request)
+
+	// (POST /api-keys)
+	CreateApiKey(w http.ResponseWriter, r *http.Request)
+
+	// (DELETE /api-keys/{apiKeyID})
+	DeleteApiKey(w http.ResponseWriter, r *http.Request, apiKeyID string)
+
+	// (PATCH /api-keys/{apiKeyID})
+	UpdateApiKey(w http.ResponseWriter, r *http.Request, apiKeyID string)
 
 	// (GET /health)
 	Health(w http.ResponseWriter, r *http.Request)
@@ -898,8 +1019,14 @@ type ServerInterface interface {
 	// (GET /snapshots)
 	ListSnapshots(w http.ResponseWriter, r *http.Request, params ListSnapshotsParams)
 
+	// (GET /teams)
+	ListTeams(w http.ResponseWriter, r *http.Request)
+
 	// (GET /templates)
 	ListTemplates(w http.ResponseWriter, r *http.Request, params ListTemplatesParams)
+
+	// (POST /templates)
+	CreateTemplateLegacy(w http.ResponseWriter, r *http.Request)
 
 	// (DELETE /templates/tags)
 	DeleteTemplateTags(w http.ResponseWriter, r *http.Request)
@@ -913,8 +1040,14 @@ type ServerInterface interface {
 	// (GET /templates/{templateID})
 	GetTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
 
+	// (PATCH /templates/{templateID})
+	UpdateTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
 	// (POST /templates/{templateID})
 	RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID TemplateID)
+
+	// (POST /templates/{templateID}/builds/{buildID})
+	StartTemplateBuildLegacy(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID)
 
 	// (GET /templates/{templateID}/builds/{buildID}/status)
 	GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID, params GetTemplateBuildStatusParams)
@@ -939,6 +1072,15 @@ type ServerInterface interface {
 
 	// (GET /v2/sandboxes/{sandboxID}/logs)
 	GetSandboxLogsV2(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxLogsV2Params)
+
+	// (GET /v2/templates)
+	ListTemplatesV2(w http.ResponseWriter, r *http.Request, params ListTemplatesV2Params)
+
+	// (POST /v2/templates)
+	CreateTemplateV2(w http.ResponseWriter, r *http.Request)
+
+	// (PATCH /v2/templates/{templateID})
+	UpdateTemplateV2(w http.ResponseWriter, r *http.Request, templateID TemplateID)
 
 	// (POST /v2/templates/{templateID}/builds/{buildID})
 	StartTemplateBuildV2(w http.ResponseWriter, r *http.Request, templateID TemplateID, buildID BuildID)
@@ -988,6 +1130,108 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// ListApiKeys operation middleware
+func (siw *ServerInterfaceWrapper) ListApiKeys(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListApiKeys(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateApiKey operation middleware
+func (siw *ServerInterfaceWrapper) CreateApiKey(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateApiKey(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteApiKey operation middleware
+func (siw *ServerInterfaceWrapper) DeleteApiKey(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "apiKeyID" -------------
+	var apiKeyID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "apiKeyID", r.PathValue("apiKeyID"), &apiKeyID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "apiKeyID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteApiKey(w, r, apiKeyID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateApiKey operation middleware
+func (siw *ServerInterfaceWrapper) UpdateApiKey(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "apiKeyID" -------------
+	var apiKeyID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "apiKeyID", r.PathValue("apiKeyID"), &apiKeyID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "apiKeyID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateApiKey(w, r, apiKeyID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // Health operation middleware
 func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request) {
@@ -1677,6 +1921,26 @@ func (siw *ServerInterfaceWrapper) ListSnapshots(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// ListTeams operation middleware
+func (siw *ServerInterfaceWrapper) ListTeams(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTeams(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTemplates operation middleware
 func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.Request) {
 
@@ -1701,6 +1965,28 @@ func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListTemplates(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateTemplateLegacy operation middleware
+func (siw *ServerInterfaceWrapper) CreateTemplateLegacy(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTemplateLegacy(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1812,6 +2098,39 @@ func (siw *ServerInterfaceWrapper) GetTemplate(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// UpdateTemplate operation middleware
+func (siw *ServerInterfaceWrapper) UpdateTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateTemplate(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // RebuildTemplate operation middleware
 func (siw *ServerInterfaceWrapper) RebuildTemplate(w http.ResponseWriter, r *http.Request) {
 
@@ -1836,6 +2155,48 @@ func (siw *ServerInterfaceWrapper) RebuildTemplate(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RebuildTemplate(w, r, templateID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StartTemplateBuildLegacy operation middleware
+func (siw *ServerInterfaceWrapper) StartTemplateBuildLegacy(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "buildID" -------------
+	var buildID BuildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "buildID", r.PathValue("buildID"), &buildID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "buildID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StartTemplateBuildLegacy(w, r, templateID, buildID)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2257,6 +2618,110 @@ func (siw *ServerInterfaceWrapper) GetSandboxLogsV2(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetSandboxLogsV2(w, r, sandboxID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTemplatesV2 operation middleware
+func (siw *ServerInterfaceWrapper) ListTemplatesV2(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTemplatesV2Params
+
+	// ------------- Optional query parameter "teamID" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "teamID", r.URL.Query(), &params.TeamID)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "teamID", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "limit", r.URL.Query(), &params.Limit)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		return
+	}
+
+	// ------------- Optional query parameter "nextToken" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "nextToken", r.URL.Query(), &params.NextToken)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "nextToken", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTemplatesV2(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateTemplateV2 operation middleware
+func (siw *ServerInterfaceWrapper) CreateTemplateV2(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTemplateV2(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateTemplateV2 operation middleware
+func (siw *ServerInterfaceWrapper) UpdateTemplateV2(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID TemplateID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, ApiKeyAuthScopes, []string{})
+
+	ctx = context.WithValue(ctx, AccessTokenAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateTemplateV2(w, r, templateID)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2963,6 +3428,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 		ErrorHandlerFunc:   options.ErrorHandlerFunc,
 	}
 
+	m.HandleFunc("GET "+options.BaseURL+"/api-keys", wrapper.ListApiKeys)
+	m.HandleFunc("POST "+options.BaseURL+"/api-keys", wrapper.CreateApiKey)
+	m.HandleFunc("DELETE "+options.BaseURL+"/api-keys/{apiKeyID}", wrapper.DeleteApiKey)
+	m.HandleFunc("PATCH "+options.BaseURL+"/api-keys/{apiKeyID}", wrapper.UpdateApiKey)
 	m.HandleFunc("GET "+options.BaseURL+"/health", wrapper.Health)
 	m.HandleFunc("GET "+options.BaseURL+"/sandboxes", wrapper.ListSandboxes)
 	m.HandleFunc("POST "+options.BaseURL+"/sandboxes", wrapper.CreateSandbox)
@@ -2984,12 +3453,16 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/secrets/{secretID}", wrapper.GetSecret)
 	m.HandleFunc("POST "+options.BaseURL+"/secrets/{secretID}", wrapper.UpdateSecret)
 	m.HandleFunc("GET "+options.BaseURL+"/snapshots", wrapper.ListSnapshots)
+	m.HandleFunc("GET "+options.BaseURL+"/teams", wrapper.ListTeams)
 	m.HandleFunc("GET "+options.BaseURL+"/templates", wrapper.ListTemplates)
+	m.HandleFunc("POST "+options.BaseURL+"/templates", wrapper.CreateTemplateLegacy)
 	m.HandleFunc("DELETE "+options.BaseURL+"/templates/tags", wrapper.DeleteTemplateTags)
 	m.HandleFunc("POST "+options.BaseURL+"/templates/tags", wrapper.AssignTemplateTags)
 	m.HandleFunc("DELETE "+options.BaseURL+"/templates/{templateID}", wrapper.DeleteTemplate)
 	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}", wrapper.GetTemplate)
+	m.HandleFunc("PATCH "+options.BaseURL+"/templates/{templateID}", wrapper.UpdateTemplate)
 	m.HandleFunc("POST "+options.BaseURL+"/templates/{templateID}", wrapper.RebuildTemplate)
+	m.HandleFunc("POST "+options.BaseURL+"/templates/{templateID}/builds/{buildID}", wrapper.StartTemplateBuildLegacy)
 	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/builds/{buildID}/status", wrapper.GetTemplateBuildStatus)
 	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/files/{hash}", wrapper.GetTemplateFiles)
 	m.HandleFunc("GET "+options.BaseURL+"/templates/{templateID}/tags", wrapper.ListTemplateTags)
@@ -2998,6 +3471,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes", wrapper.CreateSandboxV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/sandboxes/{sandboxID}/connect", wrapper.ConnectSandboxV2)
 	m.HandleFunc("GET "+options.BaseURL+"/v2/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogsV2)
+	m.HandleFunc("GET "+options.BaseURL+"/v2/templates", wrapper.ListTemplatesV2)
+	m.HandleFunc("POST "+options.BaseURL+"/v2/templates", wrapper.CreateTemplateV2)
+	m.HandleFunc("PATCH "+options.BaseURL+"/v2/templates/{templateID}", wrapper.UpdateTemplateV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v2/templates/{templateID}/builds/{buildID}", wrapper.StartTemplateBuildV2)
 	m.HandleFunc("POST "+options.BaseURL+"/v3/templates", wrapper.CreateTemplateV3)
 	m.HandleFunc("GET "+options.BaseURL+"/volumecontent/{volumeID}/dir", wrapper.ListVolumeDir)

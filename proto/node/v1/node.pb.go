@@ -1247,14 +1247,16 @@ func (x *MetricsRequest) GetEndUnixMs() int64 {
 }
 
 type Metric struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TimeUnixMs    int64                  `protobuf:"varint,1,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
-	CpuCount      int32                  `protobuf:"varint,2,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
-	CpuUsedPct    float64                `protobuf:"fixed64,3,opt,name=cpu_used_pct,json=cpuUsedPct,proto3" json:"cpu_used_pct,omitempty"`
-	MemUsed       int64                  `protobuf:"varint,4,opt,name=mem_used,json=memUsed,proto3" json:"mem_used,omitempty"`
-	MemTotal      int64                  `protobuf:"varint,5,opt,name=mem_total,json=memTotal,proto3" json:"mem_total,omitempty"`
-	DiskUsed      int64                  `protobuf:"varint,6,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`
-	DiskTotal     int64                  `protobuf:"varint,7,opt,name=disk_total,json=diskTotal,proto3" json:"disk_total,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixMs int64                  `protobuf:"varint,1,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	CpuCount   int32                  `protobuf:"varint,2,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
+	CpuUsedPct float64                `protobuf:"fixed64,3,opt,name=cpu_used_pct,json=cpuUsedPct,proto3" json:"cpu_used_pct,omitempty"`
+	MemUsed    int64                  `protobuf:"varint,4,opt,name=mem_used,json=memUsed,proto3" json:"mem_used,omitempty"`
+	MemTotal   int64                  `protobuf:"varint,5,opt,name=mem_total,json=memTotal,proto3" json:"mem_total,omitempty"`
+	DiskUsed   int64                  `protobuf:"varint,6,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`
+	DiskTotal  int64                  `protobuf:"varint,7,opt,name=disk_total,json=diskTotal,proto3" json:"disk_total,omitempty"`
+	// Page cache charged to the sandbox, bytes (E2B's memCache).
+	MemCache      int64 `protobuf:"varint,8,opt,name=mem_cache,json=memCache,proto3" json:"mem_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1334,6 +1336,13 @@ func (x *Metric) GetDiskUsed() int64 {
 func (x *Metric) GetDiskTotal() int64 {
 	if x != nil {
 		return x.DiskTotal
+	}
+	return 0
+}
+
+func (x *Metric) GetMemCache() int64 {
+	if x != nil {
+		return x.MemCache
 	}
 	return 0
 }
@@ -1839,7 +1848,7 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\"\n" +
 	"\rstart_unix_ms\x18\x03 \x01(\x03R\vstartUnixMs\x12\x1e\n" +
-	"\vend_unix_ms\x18\x04 \x01(\x03R\tendUnixMs\"\xdd\x01\n" +
+	"\vend_unix_ms\x18\x04 \x01(\x03R\tendUnixMs\"\xfa\x01\n" +
 	"\x06Metric\x12 \n" +
 	"\ftime_unix_ms\x18\x01 \x01(\x03R\n" +
 	"timeUnixMs\x12\x1b\n" +
@@ -1850,7 +1859,8 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\tmem_total\x18\x05 \x01(\x03R\bmemTotal\x12\x1b\n" +
 	"\tdisk_used\x18\x06 \x01(\x03R\bdiskUsed\x12\x1d\n" +
 	"\n" +
-	"disk_total\x18\a \x01(\x03R\tdiskTotal\"C\n" +
+	"disk_total\x18\a \x01(\x03R\tdiskTotal\x12\x1b\n" +
+	"\tmem_cache\x18\b \x01(\x03R\bmemCache\"C\n" +
 	"\x0fMetricsResponse\x120\n" +
 	"\ametrics\x18\x01 \x03(\v2\x16.warren.node.v1.MetricR\ametrics\"\x7f\n" +
 	"\vLogsRequest\x12\x17\n" +

@@ -13,6 +13,13 @@
 //     d<N>.example.test to web1, other.test to web2.
 //   - proxy (198.18.13.2): an HTTP CONNECT proxy on 3128 that wants
 //     user:pass; http://198.18.13.2:9000/ answers {"tunnels": N}.
+//   - socks (198.18.14.2): a SOCKS5 proxy (RFC 1928) on 1080 that wants
+//     user:s0cks-pw-7Q (RFC 1929) and one on 1081 that wants none; it resolves
+//     names with the DNS host. http://198.18.14.2:9000/ answers
+//     {"tunnels": N, "targets": [...]}, each target as it was asked for
+//     ("name:port" or "ip:port").
+//   - socksPrivate (10.214.0.2): a SOCKS5 proxy on 1080 that wants no
+//     credentials, at a private address (refused unless allowed).
 //
 // It prints one JSON line with the addresses, the test CA's file and a
 // resolv.conf naming the DNS host, then runs until its standard input
@@ -40,9 +47,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +69,7 @@ func main() {
 
 type output struct {
 	Web1, Web2, DNS, Proxy string
+	Socks, SocksPrivate    string
 	CAFile, ResolvConf     string
 }
 
@@ -88,6 +98,7 @@ func run(prefix string) error {
 		return h, err
 	}
 	out := output{Web1: "198.18.10.2", Web2: "198.18.11.2", DNS: "198.18.12.2", Proxy: "198.18.13.2",
+		Socks: "198.18.14.2", SocksPrivate: "10.214.0.2",
 		CAFile: filepath.Join(dir, "ca.pem"), ResolvConf: filepath.Join(dir, "resolv.conf")}
 	for name, addr := range map[string]string{"web1": out.Web1, "web2": out.Web2} {
 		h, err := open(name[:1]+name[3:], addr)
@@ -119,11 +130,25 @@ func run(prefix string) error {
 	if err := serveConnect(proxyHost); err != nil {
 		return err
 	}
+	socks := &socksProxy{dns: out.DNS + ":53"}
+	for _, sp := range []struct {
+		name, addr string
+		ports      map[int]string // port → the user:pass it wants ("" none)
+		stats      bool
+	}{{"sx", out.Socks, map[int]string{1080: "user:s0cks-pw-7Q", 1081: ""}, true}, {"sp", out.SocksPrivate, map[int]string{1080: ""}, false}} {
+		h, err := open(sp.name, sp.addr)
+		if err != nil {
+			return err
+		}
+		if err := socks.serve(h, sp.ports, sp.stats); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(out.ResolvConf, []byte("nameserver "+out.DNS+"\n"), 0o644); err != nil {
 		return err
 	}
 	// Each answers the host before anybody relies on it.
-	for _, u := range []string{"http://" + out.Web1 + "/__stats", "http://" + out.Web2 + ":8080/__stats", "http://" + out.Proxy + ":9000/"} {
+	for _, u := range []string{"http://" + out.Web1 + "/__stats", "http://" + out.Web2 + ":8080/__stats", "http://" + out.Proxy + ":9000/", "http://" + out.Socks + ":9000/"} {
 		if err := check(u); err != nil {
 			return err
 		}
@@ -296,4 +321,137 @@ func makeCerts(dir string) (*x509.Certificate, tls.Certificate, error) {
 		return nil, tls.Certificate{}, errors.New("the test CA does not parse")
 	}
 	return ca, tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}, nil
+}
+
+// socksProxy is a SOCKS5 proxy (RFC 1928 CONNECT, RFC 1929 user/pass)
+// that records what it was asked for.
+type socksProxy struct {
+	dns     string
+	mu      sync.Mutex
+	tunnels int
+	targets []string
+}
+
+func (p *socksProxy) serve(h *testhost.Host, ports map[int]string, stats bool) error {
+	for port, creds := range ports {
+		ln, err := h.ListenTCP(port)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go p.handle(c, creds)
+			}
+		}()
+	}
+	if !stats {
+		return nil
+	}
+	ln, err := h.ListenTCP(9000)
+	if err != nil {
+		return err
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		json.NewEncoder(w).Encode(map[string]any{"tunnels": p.tunnels, "targets": p.targets})
+	}))
+	return nil
+}
+
+func (p *socksProxy) handle(c net.Conn, creds string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 260)
+	if _, err := io.ReadFull(c, b[:2]); err != nil || b[0] != 5 {
+		return
+	}
+	methods := b[2 : 2+int(b[1])]
+	if _, err := io.ReadFull(c, methods); err != nil {
+		return
+	}
+	want := byte(0)
+	if creds != "" {
+		want = 2
+	}
+	if !slices.Contains(methods, want) {
+		c.Write([]byte{5, 0xff})
+		return
+	}
+	c.Write([]byte{5, want})
+	if want == 2 {
+		user, pass := readField(c, true), readField(c, false)
+		if user+":"+pass != creds {
+			c.Write([]byte{1, 1})
+			return
+		}
+		c.Write([]byte{1, 0})
+	}
+	if _, err := io.ReadFull(c, b[:4]); err != nil || b[0] != 5 || b[1] != 1 {
+		return
+	}
+	var host string
+	switch b[3] {
+	case 1:
+		if _, err := io.ReadFull(c, b[:4]); err != nil {
+			return
+		}
+		host = netip.AddrFrom4([4]byte(b[:4])).String()
+	case 3:
+		host = readField(c, false)
+	default:
+		c.Write([]byte{5, 8, 0, 1, 0, 0, 0, 0, 0, 0})
+		return
+	}
+	if _, err := io.ReadFull(c, b[:2]); err != nil {
+		return
+	}
+	target := net.JoinHostPort(host, strconv.Itoa(int(b[0])<<8|int(b[1])))
+	p.mu.Lock()
+	p.targets = append(p.targets, target)
+	p.mu.Unlock()
+	dst := target
+	if _, err := netip.ParseAddr(host); err != nil {
+		a, err := testhost.Lookup("udp", p.dns, host, 5*time.Second)
+		if err != nil {
+			c.Write([]byte{5, 4, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		dst = net.JoinHostPort(a.String(), strconv.Itoa(int(b[0])<<8|int(b[1])))
+	}
+	up, err := net.DialTimeout("tcp4", dst, 5*time.Second)
+	if err != nil {
+		c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+		return
+	}
+	defer up.Close()
+	p.mu.Lock()
+	p.tunnels++
+	p.mu.Unlock()
+	_ = c.SetDeadline(time.Time{})
+	c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+	go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+	io.Copy(c, up)
+}
+
+// readField reads a length-prefixed string (after the RFC 1929 version
+// byte when auth).
+func readField(c net.Conn, auth bool) string {
+	n := 1
+	if auth {
+		n = 2
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil || auth && b[0] != 1 {
+		return ""
+	}
+	s := make([]byte, b[n-1])
+	if _, err := io.ReadFull(c, s); err != nil {
+		return ""
+	}
+	return string(s)
 }

@@ -14,11 +14,13 @@ const sandboxes = []
 
 beforeAll(async () => {
   hosts = await startEgressHosts({ prefix: 'e14' })
-  w = await startWarren({
-    instance: 'egr', net16: 124, poolSize: 1,
-    extraArgs: ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile],
-  })
+  w = await startWarren({ instance: 'egr', net16: 124, poolSize: 1, extraArgs: warrenArgs() })
 }, 240_000)
+
+// The private SOCKS5 host is the one private address this Warren lets
+// sandboxes (and so egress proxies) reach.
+const warrenArgs = () => ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile,
+  '--allow-private-cidr', `${hosts.SocksPrivate}/32`]
 
 afterAll(async () => {
   if (w) {
@@ -210,21 +212,82 @@ describe('secrets and rules', () => {
 })
 
 describe('egressProxy', () => {
-  test('all TCP egress goes through the CONNECT proxy; its password is never returned', async () => {
+  const socksStats = async () => (await fetch(`http://${hosts.Socks}:9000/`)).json()
+  const networkLog = async (id) => {
+    const res = await fetch(`${w.apiUrl}/v2/sandboxes/${id}/logs?source=network`, { headers: { 'X-API-Key': w.apiKey } })
+    return (await res.json()).logs.map((l) => l.fields)
+  }
+
+  test('SOCKS5 with a password (E2B\'s egressProxy): all TCP egress goes through it; the password is never returned', async () => {
+    const before = (await socksStats()).tunnels
+    const proxy = { address: `${hosts.Socks}:1080`, username: 'user', password: 's0cks-pw-7Q' }
+    const sbx = await create({ network: { egressProxy: proxy } })
+    await reaches(sbx, `http://${hosts.Web1}/`, 'web1')
+    await reaches(sbx, `-k https://${hosts.Web2}:8443/`, 'web2')
+    const stats = await socksStats()
+    expect(stats.tunnels).toBe(before + 2)
+    expect(stats.targets).toEqual(expect.arrayContaining([`${hosts.Web1}:80`, `${hosts.Web2}:8443`]))
+    const info = await Sandbox.getInfo(sbx.sandboxId, opts())
+    expect(info.network.egressProxy).toEqual({ address: `${hosts.Socks}:1080`, username: 'user' })
+    const log = await networkLog(sbx.sandboxId)
+    expect(log.some((f) => f.decision === 'allow' && f.via === `${hosts.Socks}:1080`)).toBe(true)
+    // The password enters neither the sandbox nor the log.
+    const found = await sbx.commands.run('{ env; grep -rls s0cks-pw-7Q /etc /run /tmp /root /home; } 2>/dev/null | grep s0cks-pw-7Q || true')
+    expect(found.stdout).toBe('')
+    expect(JSON.stringify(log)).not.toContain('s0cks-pw-7Q')
+  })
+
+  test('SOCKS5 without a password; a domain-matched flow goes by name (remote DNS)', async () => {
+    const sbx = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'], egressProxy: { address: `${hosts.Socks}:1081` } } })
+    await reaches(sbx, 'http://api.example.test/', 'web1')
+    await reaches(sbx, '-k https://api.example.test/', 'web1')
+    // Aimed at another address by --resolve: the proxy still gets the name.
+    await reaches(sbx, `--resolve api.example.test:80:${hosts.Web2} http://api.example.test/`, 'web1')
+    await blocked(sbx, `http://${hosts.Web2}/`)
+    const { targets } = await socksStats()
+    expect(targets).toEqual(expect.arrayContaining(['api.example.test:80', 'api.example.test:443']))
+    expect(targets).not.toContain(`${hosts.Web2}:80`)
+  })
+
+  test('a wrong password is refused with a clear error; it never goes out directly', async () => {
+    const sbx = await create({ network: { egressProxy: { address: `${hosts.Socks}:1080`, username: 'user', password: 'wrong-pass' } } })
+    const before = (await (await fetch(`http://${hosts.Web1}/__stats`)).json()).requests
+    await blocked(sbx, `http://${hosts.Web1}/`)
+    // No password at all, to a proxy that wants one: refused too.
+    await sbx.updateNetwork({ egressProxy: { address: `${hosts.Socks}:1080` } })
+    await blocked(sbx, `http://${hosts.Web1}/`)
+    expect((await (await fetch(`http://${hosts.Web1}/__stats`)).json()).requests).toBe(before)
+    const denied = (await networkLog(sbx.sandboxId)).filter((f) => f.decision === 'deny')
+    expect(denied.some((f) => /egress proxy .*:1080: SOCKS5.*authentication failed/.test(f.reason))).toBe(true)
+    expect(denied.some((f) => /no acceptable authentication methods/.test(f.reason))).toBe(true)
+    expect(JSON.stringify(denied)).not.toContain('wrong-pass')
+  })
+
+  test('the proxy\'s own address is subject to the node\'s rules: private refused unless allowed', async () => {
+    // 10.214.0.2 is allowed (--allow-private-cidr): it works.
+    const sbx = await create({ network: { egressProxy: { address: `${hosts.SocksPrivate}:1080` } } })
+    await reaches(sbx, `http://${hosts.Web1}/`, 'web1')
+    // Any other private, loopback or node address is refused before anything exists.
+    for (const address of ['10.0.0.1:1080', '127.0.0.1:1080', '169.254.169.254:1080', '192.168.1.1:1080']) {
+      await expect(create({ network: { egressProxy: { address } } })).rejects.toThrow(/egressProxy/)
+    }
+    await expect(sbx.updateNetwork({ egressProxy: { address: '10.0.0.1:1080' } })).rejects.toThrow(/egressProxy/)
+    await reaches(sbx, `http://${hosts.Web1}/`, 'web1')
+  })
+
+  test('an HTTP CONNECT proxy stays available at http://host:port (a Warren extension)', async () => {
     const stats = async () => (await (await fetch(`http://${hosts.Proxy}:9000/`)).json()).tunnels
     const before = await stats()
-    const sbx = await create({ network: { egressProxy: { address: `${hosts.Proxy}:3128`, username: 'user', password: 'pass' } } })
+    const sbx = await create({ network: { egressProxy: { address: `http://${hosts.Proxy}:3128`, username: 'user', password: 'pass' } } })
     await reaches(sbx, `http://${hosts.Web1}/`, 'web1')
     await reaches(sbx, `-k https://${hosts.Web2}:8443/`, 'web2')
     expect(await stats()).toBe(before + 2)
     const info = await Sandbox.getInfo(sbx.sandboxId, opts())
-    expect(info.network.egressProxy).toEqual({ address: `${hosts.Proxy}:3128`, username: 'user' })
-    // Wrong credentials: the connection fails, it never goes out directly.
-    await sbx.updateNetwork({ egressProxy: { address: `${hosts.Proxy}:3128`, username: 'user', password: 'wrong' } })
+    expect(info.network.egressProxy).toEqual({ address: `http://${hosts.Proxy}:3128`, username: 'user' })
+    await sbx.updateNetwork({ egressProxy: { address: `http://${hosts.Proxy}:3128`, username: 'user', password: 'wrong' } })
     await blocked(sbx, `http://${hosts.Web1}/`)
-    // A proxy at a private or node address is refused before anything.
-    await expect(create({ network: { egressProxy: { address: '127.0.0.1:3128' } } })).rejects.toThrow(/egressProxy/)
-    await expect(create({ network: { egressProxy: { address: '10.0.0.1:3128' } } })).rejects.toThrow(/egressProxy/)
+    // Another scheme is a clear 400.
+    await expect(create({ network: { egressProxy: { address: `https://${hosts.Proxy}:3128` } } })).rejects.toThrow(/no other scheme/)
   })
 })
 
@@ -259,8 +322,7 @@ describe('persistence', () => {
     const dataDir = w.dataDir
     await w.stop()
     w = await startWarren({
-      dataDir, instance: 'egr', net16: 124, poolSize: 1,
-      extraArgs: ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile],
+      dataDir, instance: 'egr', net16: 124, poolSize: 1, extraArgs: warrenArgs(),
     })
     const again = await Sandbox.connect(sbx.sandboxId, opts())
     await reaches(again, 'http://api.example.test/', 'web1')
