@@ -22,7 +22,7 @@ export async function setup({ provide }) {
   process.env.NODE_EXTRA_CA_CERTS = warren.caFile
   provide('warren', {
     apiUrl: warren.apiUrl, sandboxUrl: warren.sandboxUrl, apiKey: warren.apiKey, accessToken: warren.accessToken,
-    proxyPort: warren.proxyPort, tlsHost, caFile: warren.caFile,
+    proxyPort: warren.proxyPort, tlsHost, caFile: warren.caFile, dataDir: warren.dataDir,
   })
 }
 
