@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/codeinterp"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -75,7 +76,8 @@ func (b *Builder) SnapshotBuiltin(ctx context.Context, id string) error {
 				b.log.Debug("built-in template snapshot", "template", id, "level", e.Level, "line", e.Message)
 			}
 		})
-		token, err = b.takeStartSnapshot(ctx, lg, startSnapshot{ID: snapID, Image: img, MemoryMB: builtinMemoryMB(id)})
+		token, err = b.takeStartSnapshot(ctx, lg, startSnapshot{ID: snapID, Image: img,
+			CPUCount: sandbox.DefaultResources.CPUCount, MemoryMB: builtinMemoryMB(id)}) // as its sandboxes have
 		lg.close()
 		if err != nil {
 			return fmt.Errorf("template: the start snapshot of %s: %w", id, err)
