@@ -87,7 +87,7 @@ func (s *Store) EnsureTemplate(ctx context.Context, want Template, build BuildFu
 // its layers exist.
 func (s *Store) current(want Template) *Template {
 	t, err := s.Template(want.ID)
-	if err != nil || t.Recipe != want.Recipe || !slices.Equal(builtLayers(t)[:max(0, len(builtLayers(t))-1)], want.Layers) {
+	if err != nil || t.Recipe != want.Recipe || !slices.Equal(BuiltLayers(t)[:max(0, len(BuiltLayers(t))-1)], want.Layers) {
 		return nil
 	}
 	if _, err := s.LayerDirs(t); err != nil {
@@ -99,9 +99,9 @@ func (s *Store) current(want Template) *Template {
 // buildLock is the lock file that serialises builds of template id.
 func (s *Store) buildLock(id string) string { return filepath.Join(s.dir, "."+id+".lock") }
 
-// builtLayers are a built-in template's layers without its start
+// BuiltLayers are a built-in template's layers without its start
 // snapshot's (SetBuiltinSnapshot), which sits on top.
-func builtLayers(t *Template) []string {
+func BuiltLayers(t *Template) []string {
 	if n := len(t.Layers); t.Snapshot != "" && n > 0 && t.Layers[n-1] == t.Snapshot {
 		return t.Layers[:n-1]
 	}
@@ -131,7 +131,7 @@ func (s *Store) SetBuiltinSnapshot(ctx context.Context, id string, layers []stri
 	if err != nil {
 		return err
 	}
-	if !slices.Equal(builtLayers(t), layers) {
+	if !slices.Equal(BuiltLayers(t), layers) {
 		return ErrTemplateChanged
 	}
 	t.Layers = append(slices.Clone(layers), snapID)

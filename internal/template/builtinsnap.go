@@ -62,11 +62,15 @@ func (b *Builder) SnapshotBuiltin(ctx context.Context, id string) error {
 		return err
 	}
 	if img.Snapshot != "" {
-		return nil // recorded over its current layers (SetBuiltinSnapshot)
+		if _, ok := b.cachedSnapshot(img.Snapshot); ok {
+			return nil // recorded over its current layers (SetBuiltinSnapshot)
+		}
+		b.log.Warn("the built-in template's start snapshot is gone; taking it again", "template", id, "snapshot", img.Snapshot)
 	}
+	layers := image.BuiltLayers(img)
+	img.Layers = layers
 	img.Snapshot, img.SnapshotToken = "", ""
 	img.ReadyCmd = ready
-	layers := img.Layers
 	snapID := b.builtinSnapshotID(img, ready)
 	token, ok := b.cachedSnapshot(snapID)
 	if !ok {
