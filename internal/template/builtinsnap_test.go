@@ -2,6 +2,7 @@ package template
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -89,7 +90,16 @@ func TestCodeInterpreterStartSnapshot(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"text":"42"`) || !strings.Contains(string(body), "end_of_execution") {
+	var result, ended bool
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var ev struct{ Type, Text string }
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("not a JSON line: %q", line)
+		}
+		result = result || ev.Type == "result" && ev.Text == "42"
+		ended = ended || ev.Type == "end_of_execution"
+	}
+	if res.StatusCode != http.StatusOK || !result || !ended {
 		t.Fatalf("the restored kernel: %d %s", res.StatusCode, body)
 	}
 
