@@ -8,7 +8,7 @@ OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
 KUBECONFORM := github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
 KUSTOMIZE := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
 
-.PHONY: all build generate test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
+.PHONY: all build generate check test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
 
 all: build
 
@@ -40,7 +40,17 @@ setup: build
 vet:
 	$(GO) vet ./...
 
-test: deps build setup vet test-deploy test-go test-fuzz test-e2e
+# The edit-test loop: vet and the tests that start no sandboxes or
+# servers of Warren's (-short skips those; make test runs everything).
+check: vet
+	$(GO) test -short -count=1 ./...
+
+# The fuzz targets run beside the SDK suite, which mostly waits on
+# sandboxes: one fuzz worker leaves it a core, and the two together take
+# the SDK suite's time instead of the sum. Each one's output comes whole
+# when it ends (--output-sync).
+test: deps build setup vet test-deploy test-go
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fuzz FUZZ_PARALLEL=1 test-e2e
 
 # deploy/: the kustomize manifests render and validate against the vendored
 # Kubernetes schemas, the systemd units verify, and broken copies of both
@@ -58,7 +68,7 @@ test-go:
 # Every fuzz target for a few seconds (make fuzz: longer, FUZZTIME=10m).
 FUZZTIME ?= 2m
 test-fuzz:
-	scripts/fuzz.sh 5s
+	FUZZ_PARALLEL=$(FUZZ_PARALLEL) scripts/fuzz.sh 5s
 
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)

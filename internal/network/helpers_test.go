@@ -40,6 +40,9 @@ func needRoot(tb testing.TB) {
 	if os.Geteuid() != 0 {
 		tb.Skip("network slots need root")
 	}
+	if testing.Short() {
+		tb.Skip("makes network slots and test hosts: not in -short (make check)")
+	}
 }
 
 // newTestManager starts a manager with the test prefix (and the test range

@@ -67,6 +67,9 @@ func requireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs real sandboxes (namespaces, cgroups, netns)")
 	}
+	if testing.Short() {
+		t.Skip("runs real sandboxes: not in -short (make check)")
+	}
 }
 
 // tlog adapts t.Logf to an io.Writer for progress output.

@@ -17,6 +17,9 @@ func TestRunIdempotent(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	if testing.Short() {
+		t.Skip("installs runsc and builds templates: not in -short (make check)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -56,6 +56,9 @@ func setupFixture(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs real build sandboxes")
 	}
+	if testing.Short() {
+		t.Skip("runs real build sandboxes: not in -short (make check)")
+	}
 	fixtureOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()

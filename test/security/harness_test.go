@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -86,6 +87,11 @@ func TestMain(m *testing.M) {
 func runSuite(m *testing.M) (code int) {
 	if os.Geteuid() != 0 {
 		fmt.Println("test/security: skipped: the adversarial suite runs real sandboxes and needs root")
+		return 0
+	}
+	flag.Parse() // testing.Short reads the flags, which m.Run would parse later
+	if testing.Short() {
+		fmt.Println("test/security: skipped by -short (make check): the adversarial suite runs real sandboxes")
 		return 0
 	}
 	start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -94,6 +95,11 @@ func TestMain(m *testing.M) {
 func runSuite(m *testing.M) (code int) {
 	if os.Geteuid() != 0 {
 		fmt.Println("test/security/cluster: skipped: the adversarial suite runs real sandboxes and needs root")
+		return 0
+	}
+	flag.Parse() // testing.Short reads the flags, which m.Run would parse later
+	if testing.Short() {
+		fmt.Println("test/security/cluster: skipped by -short (make check): the adversarial suite runs real sandboxes")
 		return 0
 	}
 	start := time.Now()
