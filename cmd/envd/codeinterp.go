@@ -40,7 +40,7 @@ func startCodeInterpreter(s *settings.Settings, r *reaper.Reaper, log *slog.Logg
 			go func() { <-status; close(done) }()
 			return pid, done, nil
 		},
-		RunDir: "/run/warren-codeinterp",
+		RunDir: codeinterp.RunDir,
 		Log:    log,
 	})
 	if err != nil {
@@ -56,6 +56,11 @@ func startCodeInterpreter(s *settings.Settings, r *reaper.Reaper, log *slog.Logg
 	go func() {
 		if err := ci.StartDefault(); err != nil {
 			log.Error("code interpreter: starting the default Python kernel", "err", err)
+			return
+		}
+		// Root's, in root's run dir: what a start snapshot waits for.
+		if err := os.WriteFile(codeinterp.DefaultReadyPath, nil, 0o644); err != nil {
+			log.Error("code interpreter: marking the default kernel ready", "err", err)
 		}
 	}()
 	log.Info("code interpreter listening", "addr", ln.Addr().String())

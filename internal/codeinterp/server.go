@@ -58,6 +58,14 @@ const Port = 49999
 // so has every template built from it).
 const MarkerPath = "/etc/warren/code-interpreter"
 
+// RunDir is where envd runs the code interpreter (Config.RunDir).
+const RunDir = "/run/warren-codeinterp"
+
+// DefaultReadyPath is the file envd writes once the default Python
+// kernel it starts at boot is ready: a template's start snapshot waits
+// for it, so that restored sandboxes hold a running kernel.
+const DefaultReadyPath = RunDir + "/default-kernel-ready"
+
 //go:embed bridge.py
 var bridgeScript []byte
 

@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -86,7 +87,7 @@ func (s *Store) EnsureTemplate(ctx context.Context, want Template, build BuildFu
 // its layers exist.
 func (s *Store) current(want Template) *Template {
 	t, err := s.Template(want.ID)
-	if err != nil || t.Recipe != want.Recipe || !slices.Equal(t.Layers[:max(0, len(t.Layers)-1)], want.Layers) {
+	if err != nil || t.Recipe != want.Recipe || !slices.Equal(BuiltLayers(t)[:max(0, len(BuiltLayers(t))-1)], want.Layers) {
 		return nil
 	}
 	if _, err := s.LayerDirs(t); err != nil {
@@ -97,3 +98,43 @@ func (s *Store) current(want Template) *Template {
 
 // buildLock is the lock file that serialises builds of template id.
 func (s *Store) buildLock(id string) string { return filepath.Join(s.dir, "."+id+".lock") }
+
+// BuiltLayers are a built-in template's layers without its start
+// snapshot's (SetBuiltinSnapshot), which sits on top.
+func BuiltLayers(t *Template) []string {
+	if n := len(t.Layers); t.Snapshot != "" && n > 0 && t.Layers[n-1] == t.Snapshot {
+		return t.Layers[:n-1]
+	}
+	return t.Layers
+}
+
+// ErrTemplateChanged is SetBuiltinSnapshot's error when the template is
+// no longer the one the snapshot was taken of.
+var ErrTemplateChanged = errors.New("image: the built-in template changed while its snapshot was taken")
+
+// SetBuiltinSnapshot records snapshot snapID (whose checkpoint image and
+// layer exist), with the token of the envd inside, on built-in template
+// id, if the template's layers (without a snapshot's) are still layers:
+// those the snapshot was taken over. Under the template's build lock, so
+// that a concurrent EnsureTemplate (another process's `warren setup`) is
+// never overwritten with an older template; written atomically.
+func (s *Store) SetBuiltinSnapshot(ctx context.Context, id string, layers []string, snapID, token string) error {
+	if !s.HasLayer(snapID) || !s.HasSnapshot(snapID) {
+		return fmt.Errorf("image: snapshot %s is not whole", snapID)
+	}
+	unlock, err := lockfile.Acquire(ctx, s.buildLock(id))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	t, err := s.Template(id)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(BuiltLayers(t), layers) {
+		return ErrTemplateChanged
+	}
+	t.Layers = append(slices.Clone(layers), snapID)
+	t.Snapshot, t.SnapshotToken = snapID, token
+	return s.PutTemplate(t)
+}

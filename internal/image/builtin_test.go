@@ -148,3 +148,59 @@ func TestBuildProgressLines(t *testing.T) {
 		}
 	}
 }
+
+// A built-in template's start snapshot is recorded only over the layers
+// it was taken of, survives the next EnsureTemplate of the same recipe,
+// and goes with a new recipe.
+func TestSetBuiltinSnapshot(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := &fakeRecipe{}
+	want := Template{ID: "fake", Recipe: "r1", User: "user"}
+	built, err := s.EnsureTemplate(ctx, want, f.build, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuiltinSnapshot(ctx, "fake", built.Layers, "snap-a", "tok"); err == nil {
+		t.Fatal("a snapshot whose image and layer do not exist was recorded")
+	}
+	for _, d := range []string{s.LayerDir("snap-a"), s.SnapshotDir("snap-a")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetBuiltinSnapshot(ctx, "fake", []string{"other"}, "snap-a", "tok"); !errors.Is(err, ErrTemplateChanged) {
+		t.Fatalf("over other layers: %v, want ErrTemplateChanged", err)
+	}
+	if got, _ := s.Template("fake"); got.Snapshot != "" {
+		t.Fatalf("recorded over other layers: %+v", got)
+	}
+	if err := s.SetBuiltinSnapshot(ctx, "fake", built.Layers, "snap-a", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Template("fake")
+	if got.Snapshot != "snap-a" || got.SnapshotToken != "tok" || len(got.Layers) != 2 || got.Layers[1] != "snap-a" {
+		t.Fatalf("recorded: %+v", got)
+	}
+	// Recording again over the same built layers keeps one snapshot layer.
+	if err := s.SetBuiltinSnapshot(ctx, "fake", built.Layers, "snap-a", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Template("fake"); len(got.Layers) != 2 {
+		t.Fatalf("recorded twice: %+v", got)
+	}
+	// The same recipe is current, snapshot included: no rebuild.
+	again, err := s.EnsureTemplate(ctx, want, f.build, nil)
+	if err != nil || again.Snapshot != "snap-a" || f.builds.Load() != 1 {
+		t.Fatalf("same recipe: %+v %v, %d builds", again, err, f.builds.Load())
+	}
+	// A new recipe makes a template without the old snapshot.
+	next, err := s.EnsureTemplate(ctx, Template{ID: "fake", Recipe: "r2", User: "user"}, f.build, nil)
+	if err != nil || next.Snapshot != "" || next.SnapshotToken != "" || len(next.Layers) != 1 {
+		t.Fatalf("new recipe: %+v %v", next, err)
+	}
+}

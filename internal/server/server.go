@@ -331,6 +331,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}()
 		log.Info("building a built-in template in the background: its creates get 503 until it is ready", "template", baseimage.CodeInterpreterID)
 	}
+	// The code interpreter's start snapshot, once its template is there
+	// (built above, or by `warren setup`); stopped before the builder and
+	// the manager close.
+	snapCtx, stopSnap := context.WithCancel(ctx)
+	snapDone := make(chan struct{})
+	go func() {
+		defer close(snapDone)
+		snapshotCodeInterpreter(snapCtx, images, builder, ciBuild, log)
+	}()
+	defer func() {
+		stopSnap()
+		<-snapDone
+	}()
 	if live, _ := mgr.Count(); live > 0 {
 		log.Info("sandboxes of the previous run are running on", "count", live)
 	}

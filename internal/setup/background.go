@@ -104,6 +104,9 @@ func (b *Background) Wait() {
 	}
 }
 
+// Done is closed once a started build has ended and cleaned up.
+func (b *Background) Done() <-chan struct{} { return b.done }
+
 // State is the build's state, when it started, and its error if it
 // failed.
 func (b *Background) State() (BuildState, time.Time, error) {

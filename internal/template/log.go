@@ -34,6 +34,9 @@ import (
 type buildLog struct {
 	st      store.Store
 	buildID string
+	// sink, when set, takes the batches instead of the store: the log of
+	// work that has no build (newSinkLog).
+	sink func([]store.BuildLogEntry)
 
 	mu      sync.Mutex
 	closed  bool
@@ -118,6 +121,14 @@ func newBuildLog(st store.Store, buildID string) *buildLog {
 	return l
 }
 
+// newSinkLog is a log with the bounds of a build's whose batches go to
+// sink rather than to a build in the store.
+func newSinkLog(sink func([]store.BuildLogEntry)) *buildLog {
+	l := &buildLog{sink: sink, partial: map[bool]*partialLine{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go l.loop()
+	return l
+}
+
 func (l *buildLog) loop() {
 	defer close(l.done)
 	t := time.NewTicker(flushEvery)
@@ -160,6 +171,10 @@ func (l *buildLog) flush() {
 	l.pending = nil
 	l.mu.Unlock()
 	if len(batch) == 0 {
+		return
+	}
+	if l.sink != nil {
+		l.sink(batch)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

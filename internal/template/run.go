@@ -566,7 +566,7 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 		return nil
 	}
 	start := time.Now()
-	inst, c, err := b.sandbox(ctx, bd, st.layers, "", "", newToken())
+	inst, c, err := b.sandbox(ctx, bd.ID, bd.CPUCount, bd.MemoryMB, st.layers, "", "", newToken())
 	if err != nil {
 		return err
 	}
@@ -588,8 +588,8 @@ func (b *Builder) layerStep(ctx context.Context, lg *buildLog, st *state, bd sto
 // limited to Config.BuildDiskMB like any sandbox's (its own ext4 disk),
 // and node.Commit copies it into a layer; token is envd's, a fresh one
 // for each sandbox (newToken).
-func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, user, workdir, token string) (*node.Instance, *envdClient, error) {
-	dirs, err := b.cfg.Images.LayerDirs(&image.Template{ID: bd.ID, Layers: layers})
+func (b *Builder) sandbox(ctx context.Context, imageID string, cpus, memMB int, layers []string, user, workdir, token string) (*node.Instance, *envdClient, error) {
+	dirs, err := b.cfg.Images.LayerDirs(&image.Template{ID: imageID, Layers: layers})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -597,7 +597,7 @@ func (b *Builder) sandbox(ctx context.Context, bd store.Build, layers []string, 
 		user = "root"
 	}
 	inst, err := b.cfg.Node.Create(ctx, node.CreateRequest{
-		ID: sandbox.NewID(), Layers: dirs, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB,
+		ID: sandbox.NewID(), Layers: dirs, CPUCount: cpus, MemoryMB: memMB,
 		DiskSizeMB: b.cfg.BuildDiskMB, AccessToken: token, User: user, Workdir: workdir,
 	})
 	if err != nil {
@@ -616,10 +616,7 @@ func (b *Builder) remove(inst *node.Instance) {
 
 // snapshot starts the template's sandbox, runs its start command until
 // the ready command succeeds, and checkpoints it, so that its sandboxes
-// are restored with the start command running. What the start command
-// wrote becomes the template's top layer. The snapshot's layer is
-// committed after its checkpoint image: an existing layer means both
-// are whole.
+// are restored with the start command running (takeStartSnapshot).
 func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd store.Build, img *image.Template, force bool) error {
 	// Snapshots are cached like layers: the same layers and commands give
 	// the same snapshot (its image and its layer share the ID).
@@ -629,26 +626,65 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 		nonce = bd.ID
 	}
 	snapID := "snap-" + st.chain("START", img.StartCmd, img.ReadyCmd, b.cfg.Node.Runtime().Name(), nonce)[:40]
-	if !force && b.cfg.Images.HasLayer(snapID) && b.cfg.Images.HasSnapshot(snapID) {
-		if token, err := b.snapshotToken(snapID); err == nil {
+	if !force {
+		if token, ok := b.cachedSnapshot(snapID); ok {
 			lg.info("cached")
 			img.Layers = append(img.Layers, snapID)
 			img.Snapshot, img.SnapshotToken = snapID, token
 			return nil
 		}
 	}
+	token, err := b.takeStartSnapshot(ctx, lg, startSnapshot{ID: snapID, Image: img, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB})
+	if err != nil {
+		return err
+	}
+	img.Layers = append(img.Layers, snapID)
+	img.Snapshot, img.SnapshotToken = snapID, token
+	return nil
+}
+
+// cachedSnapshot returns the envd token of start snapshot snapID if it
+// is whole: its layer (committed last) and its checkpoint image exist.
+func (b *Builder) cachedSnapshot(snapID string) (string, bool) {
+	if !b.cfg.Images.HasLayer(snapID) || !b.cfg.Images.HasSnapshot(snapID) {
+		return "", false
+	}
+	token, err := b.snapshotToken(snapID)
+	return token, err == nil
+}
+
+// startSnapshot is a start snapshot to take: ID names its checkpoint
+// image and its layer; Image gives the layers it starts over, the user,
+// workdir and environment of its commands, its start command (none: the
+// image's envd starts what it needs itself) and its ready command.
+type startSnapshot struct {
+	ID                 string
+	Image              *image.Template
+	CPUCount, MemoryMB int
+}
+
+// takeStartSnapshot starts a sandbox over s.Image's layers, runs its start
+// command until its ready command succeeds, and checkpoints it into
+// s.ID's snapshot directory. What the sandbox wrote becomes layer s.ID,
+// committed after the checkpoint image: an existing layer means both are
+// whole. It returns the token of the envd inside, which restores need.
+// The runtime must be able to checkpoint.
+func (b *Builder) takeStartSnapshot(ctx context.Context, lg *buildLog, s startSnapshot) (string, error) {
+	img := s.Image
 	if !b.cfg.Node.Runtime().Capabilities().Checkpoint {
-		return fmt.Errorf("a start command needs checkpoints, which the %s runtime cannot do here: %s",
+		return "", fmt.Errorf("a start command needs checkpoints, which the %s runtime cannot do here: %s",
 			b.cfg.Node.Runtime().Name(), b.cfg.Node.Runtime().Capabilities().CheckpointDetail)
 	}
-	lg.info("starting: %s", img.StartCmd)
+	if img.StartCmd != "" {
+		lg.info("starting: %s", img.StartCmd)
+	}
 	// The envd in the snapshot keeps this token: the template records it
 	// (SnapshotToken), the sandbox manager authenticates a restored
 	// sandbox's /init with it, and /init gives the sandbox its own.
 	token := newToken()
-	inst, c, err := b.sandbox(ctx, bd, img.Layers, img.User, img.Workdir, token)
+	inst, c, err := b.sandbox(ctx, img.ID, s.CPUCount, s.MemoryMB, img.Layers, img.User, img.Workdir, token)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.close()
 	keep := false
@@ -659,44 +695,45 @@ func (b *Builder) snapshot(ctx context.Context, lg *buildLog, st *state, bd stor
 	}()
 	startCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
-	stream, err := c.start(startCtx, execSpec{User: img.User, Cwd: img.Workdir, Envs: img.Envs, Script: img.StartCmd})
-	if err != nil {
-		return fmt.Errorf("starting the start command: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() {
-		code, err := wait(stream, lg.output)
-		if err == nil {
-			err = fmt.Errorf("the start command exited with code %d before the template was ready", code)
+	var exited chan error // nil without a start command: it never exits
+	if img.StartCmd != "" {
+		stream, err := c.start(startCtx, execSpec{User: img.User, Cwd: img.Workdir, Envs: img.Envs, Script: img.StartCmd})
+		if err != nil {
+			return "", fmt.Errorf("starting the start command: %w", err)
 		}
-		exited <- err
-	}()
+		exited = make(chan error, 1)
+		go func() {
+			code, err := wait(stream, lg.output)
+			if err == nil {
+				err = fmt.Errorf("the start command exited with code %d before the template was ready", code)
+			}
+			exited <- err
+		}()
+	}
 	if err := b.waitReady(ctx, lg, c, img, exited); err != nil {
-		return err
+		return "", err
 	}
 	// Leaving the stream does not stop the process: it belongs to the
 	// sandbox, not to the client.
 	stopStream()
 	lg.info("ready; taking the snapshot")
-	dir := b.cfg.Images.SnapshotDir(snapID)
-	_ = b.cfg.Images.RemoveSnapshot(snapID)
+	dir := b.cfg.Images.SnapshotDir(s.ID)
+	_ = b.cfg.Images.RemoveSnapshot(s.ID)
 	if err := b.cfg.Node.Checkpoint(context.WithoutCancel(ctx), inst, dir, false); err != nil {
-		_ = b.cfg.Images.RemoveSnapshot(snapID)
-		return fmt.Errorf("checkpointing: %w", err)
+		_ = b.cfg.Images.RemoveSnapshot(s.ID)
+		return "", fmt.Errorf("checkpointing: %w", err)
 	}
 	keep = true
 	if err := writeSnapshotToken(dir, token); err != nil {
 		b.remove(inst)
-		_ = b.cfg.Images.RemoveSnapshot(snapID)
-		return fmt.Errorf("keeping the snapshot's envd token: %w", err)
+		_ = b.cfg.Images.RemoveSnapshot(s.ID)
+		return "", fmt.Errorf("keeping the snapshot's envd token: %w", err)
 	}
-	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), inst, snapID); err != nil {
-		_ = b.cfg.Images.RemoveSnapshot(snapID)
-		return fmt.Errorf("keeping the started sandbox's files: %w", err)
+	if err := b.cfg.Node.Commit(context.WithoutCancel(ctx), inst, s.ID); err != nil {
+		_ = b.cfg.Images.RemoveSnapshot(s.ID)
+		return "", fmt.Errorf("keeping the started sandbox's files: %w", err)
 	}
-	img.Layers = append(img.Layers, snapID)
-	img.Snapshot, img.SnapshotToken = snapID, token
-	return nil
+	return token, nil
 }
 
 // snapshotTokenFile, in a snapshot's directory, holds the access token of

@@ -2,6 +2,8 @@
 // template: envd's code interpreter on port 49999 (internal/codeinterp)
 // with real Jupyter kernels, through the sandbox proxy.
 import { afterAll, beforeAll, expect, inject, test } from 'vitest'
+import { readFileSync } from 'node:fs'
+import path from 'node:path'
 import { Sandbox } from '@e2b/code-interpreter'
 
 let sbx
@@ -249,6 +251,39 @@ test('the envs of a create reach its kernel, also when the sandbox was started w
     await new Promise((r) => setTimeout(r, 3000)) // time for the pool to refill
   }
 }, 120_000)
+
+test('once the start snapshot is taken, a sandbox is restored with its kernel already running', async () => {
+  // The server snapshots code-interpreter-v1 in the background after its
+  // start (template.Builder.SnapshotBuiltin); until then creates boot it.
+  const { dataDir } = inject('warren')
+  const file = path.join(dataDir, 'templates', 'code-interpreter-v1.json')
+  const deadline = Date.now() + 150_000
+  let tmpl = JSON.parse(readFileSync(file, 'utf8'))
+  while (!tmpl.snapshot && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 1000))
+    tmpl = JSON.parse(readFileSync(file, 'utf8'))
+  }
+  expect(tmpl.snapshot, 'the server recorded no start snapshot').toMatch(/^snap-/)
+  expect(tmpl.layers.at(-1)).toBe(tmpl.snapshot)
+  const createdAfter = Date.now() / 1000
+  // envd marks the default kernel ready when its bridge says so; in a
+  // restored sandbox that happened before the snapshot, so before the
+  // create, and the kernel is the snapshot's process (gVisor keeps pids).
+  const probe = 'import os; f"{os.getpid()} {os.stat(\'/run/warren-codeinterp/default-kernel-ready\').st_mtime}"'
+  const seen = []
+  for (let i = 0; i < 2; i++) {
+    const s = await Sandbox.create({ envs: { RESTORED: `r${i}` } })
+    try {
+      const [pid, readyAt] = (await s.runCode(probe)).text.replace(/'/g, '').split(' ')
+      seen.push({ pid, readyAt: Number(readyAt) })
+      expect((await s.runCode('import os; os.environ["RESTORED"]')).text).toBe(`r${i}`)
+    } finally {
+      await s.kill()
+    }
+  }
+  for (const { readyAt } of seen) expect(readyAt).toBeLessThan(createdAfter)
+  expect(seen[1].pid).toBe(seen[0].pid)
+}, 240_000)
 
 test('JavaScript cells keep their state and give values and exceptions', async () => {
   const first = await sbx.runCode('const n = 40\nconsole.log("from node", process.version.startsWith("v"))\nn + 2', { language: 'js' })

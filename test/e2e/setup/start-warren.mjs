@@ -50,12 +50,20 @@ export function newDataDir(at, { codeInterpreter = true } = {}) {
   for (const name of codeInterpreter ? ['base.json', 'code-interpreter-v1.json'] : ['base.json']) {
     const file = path.join(installed, 'templates', name)
     if (name !== 'base.json' && !existsSync(file)) continue
-    const t = readFileSync(file)
-    for (const layer of JSON.parse(t).layers) {
+    // Without the start snapshot a server on the installed dir may have
+    // recorded (its checkpoint image is not shared): this server takes
+    // its own.
+    const t = JSON.parse(readFileSync(file, 'utf8'))
+    if (t.snapshot) {
+      t.layers = t.layers.filter((l) => l !== t.snapshot)
+      delete t.snapshot
+      delete t.snapshotToken
+    }
+    for (const layer of t.layers) {
       const link = path.join(dir, 'layers', layer)
       if (!existsSync(link)) symlinkSync(path.join(installed, 'layers', layer), link)
     }
-    writeFileSync(path.join(dir, 'templates', name), t)
+    writeFileSync(path.join(dir, 'templates', name), JSON.stringify(t, null, 2))
   }
   return dir
 }
