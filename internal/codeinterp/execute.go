@@ -132,11 +132,22 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k *kernel) {
 			gone = true
 		}
 	}
-	var drainDeadline <-chan time.Time
+	var drainDeadline, reinterrupt <-chan time.Time
+	var again *time.Ticker
+	defer func() {
+		if again != nil {
+			again.Stop()
+		}
+	}()
 	interrupt := func() {
 		if drainDeadline == nil {
 			k.interrupt()
 			drainDeadline = time.After(s.cfg.DrainTimeout)
+			// A signal can go unseen (a cell's own SIGINT handler, or
+			// one that lands between a runtime's checks): it is sent
+			// again until the cell ends or its kernel is killed.
+			again = time.NewTicker(reinterruptEvery)
+			reinterrupt = again.C
 		}
 	}
 	tick := time.NewTicker(s.cfg.Keepalive)
@@ -184,15 +195,22 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k *kernel) {
 			write(keepaliveLine)
 		case <-clientDone:
 			clientDone, gone = nil, true
+		case <-reinterrupt:
+			k.interrupt()
 		case <-drainDeadline:
 			k.killWith("")
 			drainDeadline = make(chan time.Time) // never again
+			reinterrupt = nil
 		}
 		if gone {
 			interrupt()
 		}
 	}
 }
+
+// reinterruptEvery is how often an abandoned cell that has not ended is
+// interrupted again.
+const reinterruptEvery = time.Second
 
 func noteLine(text string) []byte {
 	b, _ := json.Marshal(map[string]string{"type": "stderr", "text": text})

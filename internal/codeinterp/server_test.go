@@ -367,6 +367,36 @@ func TestDisconnectInterruptsTheCell(t *testing.T) {
 	}
 }
 
+// A cell that swallows the first interrupt (its own SIGINT handler) is
+// interrupted again, and stops well before DrainTimeout would kill its
+// kernel: the kernel's state is kept.
+func TestAbandonedCellIsInterruptedAgain(t *testing.T) {
+	_, hs := newTestServer(t, func(c *Config) { c.DrainTimeout = 20 * time.Second })
+	run(t, hs, code("kept = 'still here'"))
+	cell := "import signal, time\n" +
+		"seen = []\n" +
+		"def swallow_first(*a):\n" +
+		"    seen.append(1)\n" +
+		"    if len(seen) > 1:\n" +
+		"        raise KeyboardInterrupt\n" +
+		"signal.signal(signal.SIGINT, swallow_first)\n" +
+		"print('started', flush=True)\n" +
+		"while True:\n" +
+		"    time.sleep(0.05)"
+	ctx, cancel := context.WithCancel(context.Background())
+	res := post(t, ctx, hs.URL+"/execute", code(cell), testToken)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+	}
+	cancel()
+	res.Body.Close()
+	start := time.Now()
+	x := run(t, hs, code("(kept, len(seen))"))
+	if x.text() != "('still here', 2)" {
+		t.Fatalf("after the interrupts: %v (%s later)", x.events, time.Since(start))
+	}
+}
+
 // A kernel that dies (here: kills itself) ends its cell with an error, and
 // the context gets a new kernel.
 func TestKernelDeath(t *testing.T) {
