@@ -218,34 +218,45 @@ func logEntries(l []store.BuildLogEntry) []gen.BuildLogEntry {
 }
 
 func (s *Server) RebuildTemplate(w http.ResponseWriter, r *http.Request, templateID gen.TemplateID) {
-	b, ok := s.templates(w)
+	b, req, ok := s.dockerfileBuild(w, r)
 	if !ok {
 		return
 	}
-	var body gen.TemplateBuildRequest
-	if !readJSON(w, r, &body, false) {
-		return
-	}
-	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if strings.TrimSpace(body.Dockerfile) == "" {
-		writeError(w, http.StatusBadRequest, "dockerfile is required")
-		return
-	}
-	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
-		return
-	}
-	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, template.RebuildRequest{
-		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
-		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
-	})
+	info, err := b.Rebuild(r.Context(), teamOf(r), templateID, req)
 	if err != nil {
 		s.failTemplate(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, templateOf(info))
+}
+
+// dockerfileBuild reads and checks the body of E2B's v1 template calls
+// (a Dockerfile and resources), and checks the node's disk and the team's
+// quota; on false it has answered.
+func (s *Server) dockerfileBuild(w http.ResponseWriter, r *http.Request) (Templates, template.RebuildRequest, bool) {
+	b, ok := s.templates(w)
+	if !ok {
+		return nil, template.RebuildRequest{}, false
+	}
+	var body gen.TemplateBuildRequest
+	if !readJSON(w, r, &body, false) {
+		return nil, template.RebuildRequest{}, false
+	}
+	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, template.RebuildRequest{}, false
+	}
+	if strings.TrimSpace(body.Dockerfile) == "" {
+		writeError(w, http.StatusBadRequest, "dockerfile is required")
+		return nil, template.RebuildRequest{}, false
+	}
+	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
+		return nil, template.RebuildRequest{}, false
+	}
+	return b, template.RebuildRequest{
+		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
+		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
+	}, true
 }
 
 // templateOf is a template as GET /templates lists it: its newest build
@@ -271,29 +282,11 @@ func templateOf(t template.TemplateInfo) gen.Template {
 // CreateTemplateLegacy is E2B's v1 create: a template built from a
 // Dockerfile, the build started at once.
 func (s *Server) CreateTemplateLegacy(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.templates(w)
+	b, req, ok := s.dockerfileBuild(w, r)
 	if !ok {
 		return
 	}
-	var body gen.TemplateBuildRequest
-	if !readJSON(w, r, &body, false) {
-		return
-	}
-	if err := s.checkResources(body.CpuCount, body.MemoryMB); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if strings.TrimSpace(body.Dockerfile) == "" {
-		writeError(w, http.StatusBadRequest, "dockerfile is required")
-		return
-	}
-	if s.diskFull(w, r) || s.overDiskQuota(w, r, 0, "the template") {
-		return
-	}
-	info, err := b.CreateFromDockerfile(r.Context(), teamOf(r), template.RebuildRequest{
-		Dockerfile: body.Dockerfile, Alias: deref(body.Alias), StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
-		CPUCount: int32OrZero(body.CpuCount), MemoryMB: int32OrZero(body.MemoryMB),
-	})
+	info, err := b.CreateFromDockerfile(r.Context(), teamOf(r), req)
 	if err != nil {
 		s.failTemplate(w, r, err)
 		return
