@@ -13,38 +13,13 @@ import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, Template, waitForPort } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
-import { percentile } from './stats.mjs'
+import { Table, withTimeout } from './stats.mjs'
 
 const N = Number(process.env.STARTPOOL_N || 30)
-const rows = []
+const table = new Table()
 const stamp = Date.now().toString(36)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
-function row(metric, samples, note = '') {
-  const s = [...samples].sort((a, b) => a - b)
-  const f = (v) => (Number.isNaN(v) ? '-' : v.toFixed(1))
-  rows.push([metric, String(s.length), f(percentile(s, 50)), f(percentile(s, 99)), note])
-}
-
-function printTable() {
-  const head = ['metric', 'n', 'p50 (ms)', 'p99 (ms)', 'note']
-  const all = [head, ...rows]
-  const w = head.map((_, i) => Math.max(...all.map((r) => r[i].length)))
-  const line = (r) => '| ' + r.map((c, i) => c.padEnd(w[i])).join(' | ') + ' |'
-  console.log(line(head))
-  console.log('|' + w.map((x) => '-'.repeat(x + 2)).join('|') + '|')
-  for (const r of rows) console.log(line(r))
-}
-
-async function withTimeout(p, ms, what) {
-  let timer
-  const t = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms) })
-  try {
-    return await Promise.race([p, t])
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 const ctxDir = mkdtempSync(path.join(os.tmpdir(), 'warren-bench-startpool-'))
 writeFileSync(path.join(ctxDir, 'server.py'), [
@@ -124,20 +99,20 @@ let failed = null
 try {
   const cold = await run(0, N)
   if (cold.some((s) => s.warm !== false)) throw new Error('a create with --pool-size 0 was not logged as cold')
-  row('create → first command, start-command template, restored cold', cold.map((s) => s.ms), '--pool-size 0; server on :8000 answers (checked)')
+  table.latency('create → first command, start-command template, restored cold', cold.map((s) => s.ms), '--pool-size 0; server on :8000 answers (checked)')
   const pooled = await run(1, N)
   const warm = pooled.filter((s) => s.warm === true)
-  row('create → first command, start-command template, warm (restored ahead)', warm.map((s) => s.ms),
+  table.latency('create → first command, start-command template, warm (restored ahead)', warm.map((s) => s.ms),
     `--pool-size 1, paced for the refill; ${warm.length} of ${pooled.length} claimed warm`)
   const missed = pooled.filter((s) => s.warm !== true)
-  if (missed.length) row('  of which the pool was empty (restored cold)', missed.map((s) => s.ms), '')
+  if (missed.length) table.latency('  of which the pool was empty (restored cold)', missed.map((s) => s.ms), '')
 } catch (e) {
   failed = e
 } finally {
   rmSync(ctxDir, { recursive: true, force: true })
 }
 
-printTable()
+table.print()
 if (failed) {
   console.error(failed)
   process.exitCode = 1

@@ -26,7 +26,8 @@ export async function measure(fn, { n, warmup = 5, budgetMs = 60_000, sample = f
 export class Table {
   rows = []
   latency(metric, samples, target = '') {
-    this.rows.push([metric, String(samples.length), fmt(percentile(samples, 50)), fmt(percentile(samples, 99)), 'ms', target])
+    const sorted = [...samples].sort((a, b) => a - b)
+    this.rows.push([metric, String(sorted.length), fmt(percentile(sorted, 50)), fmt(percentile(sorted, 99)), 'ms', target])
   }
   throughput(metric, samples, target = '') {
     // samples are MB/s; p99 of a throughput is its 1st percentile (the slow tail).
@@ -52,6 +53,17 @@ export class Table {
 function fmt(v) {
   if (Number.isNaN(v)) return '-'
   return v >= 100 ? v.toFixed(0) : v.toFixed(2)
+}
+
+// withTimeout bounds one operation, so that a hang cannot stall the run.
+export async function withTimeout(p, ms, what) {
+  let timer
+  const t = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms) })
+  try {
+    return await Promise.race([p, t])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 // createToCommand times Sandbox.create + the first commands.run, then

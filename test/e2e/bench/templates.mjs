@@ -11,7 +11,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, Template, waitForPort } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
-import { percentile } from './stats.mjs'
+import { percentile, withTimeout } from './stats.mjs'
 
 const rows = []
 const made = []
@@ -35,16 +35,6 @@ function printTable() {
   for (const r of rows) console.log(line(r))
 }
 
-// withTimeout bounds one operation, so that a hang cannot stall the run.
-async function withTimeout(p, ms, what) {
-  let timer
-  const t = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms) })
-  try {
-    return await Promise.race([p, t])
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 // loop runs fn up to n times before the deadline and returns its samples.
 async function loop(n, budgetMs, fn) {
