@@ -119,6 +119,10 @@ type Config struct {
 	// (setup.Background; `make run` does this rather than wait for it in
 	// `warren setup`). Roles all and node.
 	BuildCodeInterpreter bool
+	// CodeInterpreterSnapshot takes code-interpreter-v1's start snapshot
+	// (running kernels) once the template exists, so that its sandboxes
+	// are restored rather than booted. Roles all and node.
+	CodeInterpreterSnapshot bool
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -338,7 +342,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	snapDone := make(chan struct{})
 	go func() {
 		defer close(snapDone)
-		snapshotCodeInterpreter(snapCtx, images, builder, ciBuild, log)
+		if cfg.CodeInterpreterSnapshot {
+			snapshotCodeInterpreter(snapCtx, images, builder, ciBuild, log)
+		}
 	}()
 	defer func() {
 		stopSnap()

@@ -21,7 +21,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const GAP_MS = Number(process.env.CI_BENCH_GAP_MS || 3000)
 const table = new Table()
 const POOL = Number(process.env.CI_BENCH_POOL ?? 2)
-const w = await startWarren({ instance: 'bci', net16: 145, poolSize: POOL })
+const w = await startWarren({ instance: 'bci', net16: 145, poolSize: POOL, ciSnapshot: true })
 const started = performance.now()
 const conn = { apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiKey, timeoutMs: 300_000 }
 

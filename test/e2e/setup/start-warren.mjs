@@ -74,7 +74,7 @@ export function newDataDir(at, { codeInterpreter = true } = {}) {
 // the server derives them from its data dir), and waits until GET /health
 // answers 200. tlsAddr adds the HTTPS proxy there. It returns the SDK's
 // settings and stop().
-export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, derived = false, tlsAddr, poolSize = 1, extraArgs = [], timeoutMs = 60_000 } = {}) {
+export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, derived = false, tlsAddr, poolSize = 1, ciSnapshot = false, extraArgs = [], timeoutMs = 60_000 } = {}) {
   if (!existsSync(warrenBinary)) throw new Error(`${warrenBinary} is missing: run \`make build\` first`)
   const apiPort = await freePort()
   const proxyPort = await freePort()
@@ -89,6 +89,9 @@ export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', ne
     ...(tlsAddr ? ['--proxy-tls-addr', tlsAddr] : []),
     // The tests and benches read the log's key=value lines.
     '--log-format', 'text',
+    // The code interpreter's start snapshot boots and checkpoints a sandbox
+    // beside the test's own: only the servers that test it take it.
+    `--code-interpreter-snapshot=${ciSnapshot}`,
     '--pool-size', String(poolSize), ...extraArgs,
   ]
   const env = { ...process.env }

@@ -17,7 +17,7 @@ let warren
 export async function setup({ provide }) {
   // Volumes hold their whole quota of the disk from their create on
   // (issue 22): small ones keep the suite cheap on a shared machine.
-  warren = await startWarren({ tlsAddr: `${tlsHost}:443`, extraArgs: ['--volume-quota', '512'] })
+  warren = await startWarren({ tlsAddr: `${tlsHost}:443`, ciSnapshot: true, extraArgs: ['--volume-quota', '512'] })
   if (!warren.caFile) throw new Error('warren serve made no local CA for its HTTPS proxy')
   process.env.NODE_EXTRA_CA_CERTS = warren.caFile
   provide('warren', {
