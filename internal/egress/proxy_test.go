@@ -168,6 +168,20 @@ func listenOn(t *testing.T, ip string, port int) net.Listener {
 	return ln
 }
 
+// serveEach hands each connection ln accepts to handle, in a goroutine of
+// its own, until ln is closed.
+func serveEach(ln net.Listener, handle func(net.Conn)) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+}
+
 func serveEcho(t *testing.T, name string, ln net.Listener, cert *tls.Certificate) *echoServer {
 	t.Helper()
 	s := &echoServer{name: name, addr: netip.MustParseAddrPort(ln.Addr().String())}
@@ -624,36 +638,28 @@ func TestProxyRulesSmuggling(t *testing.T) {
 func connectProxy(t *testing.T, ip string) (netip.AddrPort, *atomic.Int64) {
 	ln := listenOn(t, ip, 0)
 	var tunnels atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil || req.Method != http.MethodConnect {
-					return
-				}
-				if req.Header.Get("Proxy-Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("user:pass")) {
-					fmt.Fprint(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
-					return
-				}
-				up, err := net.Dial("tcp4", req.Host)
-				if err != nil {
-					fmt.Fprint(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
-					return
-				}
-				tunnels.Add(1)
-				fmt.Fprint(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go io.Copy(up, br)
-				io.Copy(c, up)
-				up.Close()
-			}()
+	serveEach(ln, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil || req.Method != http.MethodConnect {
+			return
 		}
-	}()
+		if req.Header.Get("Proxy-Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("user:pass")) {
+			fmt.Fprint(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
+			return
+		}
+		up, err := net.Dial("tcp4", req.Host)
+		if err != nil {
+			fmt.Fprint(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
+			return
+		}
+		tunnels.Add(1)
+		fmt.Fprint(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go io.Copy(up, br)
+		io.Copy(c, up)
+		up.Close()
+	})
 	return netip.MustParseAddrPort(ln.Addr().String()), &tunnels
 }
 

@@ -32,15 +32,7 @@ func startSOCKS(t *testing.T, host, user, pass string, names map[string]netip.Ad
 	t.Helper()
 	ln := listenOn(t, host, 0)
 	s := &socksServer{addr: netip.MustParseAddrPort(ln.Addr().String()), user: user, pass: pass, names: names}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c)
-		}
-	}()
+	serveEach(ln, s.serve)
 	return s
 }
 
@@ -238,29 +230,21 @@ type socksStep struct {
 func hostileSOCKS(t *testing.T, steps ...socksStep) netip.AddrPort {
 	t.Helper()
 	ln := listenOn(t, "127.0.0.7", 0)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	serveEach(ln, func(c net.Conn) {
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		for _, s := range steps {
+			if s.read > 0 {
+				if _, err := io.ReadFull(c, make([]byte, s.read)); err != nil {
+					return
+				}
+			}
+			if _, err := c.Write(s.write); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				for _, s := range steps {
-					if s.read > 0 {
-						if _, err := io.ReadFull(c, make([]byte, s.read)); err != nil {
-							return
-						}
-					}
-					if _, err := c.Write(s.write); err != nil {
-						return
-					}
-				}
-				io.Copy(io.Discard, c)
-			}()
 		}
-	}()
+		io.Copy(io.Discard, c)
+	})
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
