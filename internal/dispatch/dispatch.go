@@ -185,7 +185,7 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	if teamID == "" {
 		return nil, nil
 	}
-	f.TeamID, f.AllTeams = teamID, false
+	f.Teams = store.ForTeam(teamID)
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}

@@ -696,7 +696,7 @@ func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter
 	if teamID == "" {
 		return nil, nil
 	}
-	f.TeamID, f.AllTeams = teamID, false
+	f.Teams = store.ForTeam(teamID)
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}

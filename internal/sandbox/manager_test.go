@@ -510,7 +510,7 @@ func TestCreateRefusedBelowTheNodesReserve(t *testing.T) {
 	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "100 MB free") {
 		t.Fatalf("a create with 100 MB free above a 2048 MB reserve: %v (made %s)", err, rec.ID)
 	}
-	if l, _ := st.ListSandboxes(context.Background(), store.SandboxFilter{TeamID: "t1"}); len(l) != 0 {
+	if l, _ := st.ListSandboxes(context.Background(), store.SandboxFilter{Teams: store.ForTeam("t1")}); len(l) != 0 {
 		t.Errorf("a refused create left %d records", len(l))
 	}
 }

@@ -362,7 +362,7 @@ func (v *server) slotReused(sb *sandbox) bool {
 		return false
 	}
 	for _, tm := range teams {
-		l, err := st.ListSandboxes(ctx, store.SandboxFilter{TeamID: tm.ID, States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateCreating}})
+		l, err := st.ListSandboxes(ctx, store.SandboxFilter{Teams: store.ForTeam(tm.ID), States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateCreating}})
 		if err != nil {
 			return false
 		}
