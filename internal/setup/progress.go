@@ -56,8 +56,9 @@ func (r *reporter) step(name string) *stepOutput {
 }
 
 // heartbeat says, every interval until stop is closed, how far each
-// running step with new output has got: a debootstrap or a go build says
-// nothing of its own for minutes in the concise view otherwise.
+// running step with new output has got, and every third interval that a
+// quiet one still works: a debootstrap or a go build says nothing of its
+// own for minutes in the concise view otherwise.
 func (r *reporter) heartbeat(interval time.Duration, stop <-chan struct{}) {
 	if r.log == nil {
 		return // the raw output shows it
@@ -72,9 +73,12 @@ func (r *reporter) heartbeat(interval time.Duration, stop <-chan struct{}) {
 		}
 		r.mu.Lock()
 		for _, s := range r.sorted() {
-			if s.lines > s.reported {
-				s.reported = s.lines
-				r.sayLocked("%s: %d lines of output so far", s.name, s.lines)
+			// A step with new output, or one quiet for three intervals
+			// (a go build says nothing for minutes): it is still working.
+			s.quiet++
+			if s.lines > s.reported || s.quiet >= 3 {
+				s.reported, s.quiet = s.lines, 0
+				r.sayLocked("%s: working, %d lines of output so far", s.name, s.lines)
 			}
 		}
 		r.mu.Unlock()
@@ -115,7 +119,8 @@ type stepOutput struct {
 	name     string
 	buf      []byte   // a partial line
 	lines    int      // whole lines written (r.mu)
-	reported int      // lines as of the last heartbeat (r.mu)
+	reported int      // lines as of the last heartbeat that said them (r.mu)
+	quiet    int      // heartbeats since the step was last reported (r.mu)
 	tail     []string // the last tailLines lines (r.mu)
 }
 

@@ -115,7 +115,7 @@ func TestReporterConcise(t *testing.T) {
 	// Until a heartbeat has counted them.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		r.mu.Lock()
-		said := strings.Contains(progress.String(), "base: 51 lines of output so far")
+		said := strings.Contains(progress.String(), "base: working, 51 lines of output so far")
 		r.mu.Unlock()
 		if said {
 			break
@@ -124,6 +124,20 @@ func TestReporterConcise(t *testing.T) {
 			t.Fatal("no heartbeat counted the lines")
 		}
 	}
+	// A quiet step is said to work every third heartbeat.
+	quiet := r.step("runsc")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		said := strings.Contains(progress.String(), "runsc: working, 0 lines of output so far")
+		r.mu.Unlock()
+		if said {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat said the quiet step works")
+		}
+	}
+	quiet.Close()
 	fmt.Fprintf(w, "E: Failed getting release file\nlast words")
 	w.Close()
 	r.failed(w)
