@@ -18,6 +18,24 @@ import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+// The apis place by the nodes' states in the store, read at most 500 ms
+// before (internal/dispatch nodesTTL); a node that believes itself
+// cordoned asks the store again before it refuses (cluster.Member.Admit).
+// So a cordon or an uncordon is in force for placement after this, with
+// no heartbeat to wait for.
+const apisSeeNodeStates = () => sleep(700)
+// until polls check (every 200 ms, at most 15 s) until it holds.
+async function until(what, check) {
+  let last
+  for (const end = Date.now() + 15_000; Date.now() < end; await sleep(200)) {
+    try {
+      if (await check()) return
+    } catch (e) {
+      last = e
+    }
+  }
+  throw new Error(`not within 15 s: ${what}${last ? `: ${last.message}` : ''}`)
+}
 
 let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI
 beforeAll(async () => {
@@ -55,7 +73,7 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
   for (const s of sbxs) (byNode[nodeOf(s.sandboxId)] ??= []).push(s)
   expect(Object.keys(byNode).sort()).toEqual(['na', 'nb'])
   // `warren nodes` counts them once the nodes' heartbeats have.
-  await sleep(2500)
+  await until('the heartbeats count the sandboxes', () => ['na', 'nb'].every((name) => Number(nodeRow(name)[2]) >= byNode[name].length))
   for (const name of ['na', 'nb']) {
     const row = nodeRow(name) // NAME STATE SANDBOXES ADDRESS RUNTIME FREE_CPU FREE_MEMORY_MB FREE_DISK_MB LABELS …
     expect(Number(row[2])).toBeGreaterThanOrEqual(byNode[name].length)
@@ -133,7 +151,7 @@ test('cordon stops placement on a node; uncordon brings it back', async () => {
   } finally {
     warrenNodes('uncordon', 'na')
   }
-  await sleep(2500) // the node follows its state at its next heartbeat
+  await apisSeeNodeStates()
   const again = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)))
   expect(new Set(again.map((s) => nodeOf(s.sandboxId)))).toContain('na')
   await Promise.all(again.map((s) => s.kill()))
@@ -195,7 +213,7 @@ test('a template built through the api runs on its node, and on the other once i
   const other = home === 'na' ? 'nb' : 'na'
   warrenNodes('cordon', home)
   try {
-    await sleep(2500) // the node follows its state at its next heartbeat
+    await apisSeeNodeStates()
     const s = await Sandbox.create(name, two.opts)
     expect(nodeOf(s.sandboxId)).toBe(other)
     await check(s) // its layers and its checkpoint came along
@@ -203,7 +221,7 @@ test('a template built through the api runs on its node, and on the other once i
   } finally {
     warrenNodes('uncordon', home)
   }
-  await sleep(2500)
+  await apisSeeNodeStates()
 
   // A snapshot starts on either node: the other pulls its checkpoint.
   const p = await Sandbox.create(one.opts)
@@ -214,7 +232,7 @@ test('a template built through the api runs on its node, and on the other once i
   const elsewhere = at === 'na' ? 'nb' : 'na'
   warrenNodes('cordon', at)
   try {
-    await sleep(2500)
+    await apisSeeNodeStates()
     const child = await Sandbox.create(snap.snapshotId, one.opts)
     expect(nodeOf(child.sandboxId)).toBe(elsewhere)
     expect(await child.files.read('/home/user/snap.txt')).toBe('from ' + p.sandboxId)
@@ -292,8 +310,8 @@ test('kill -9 of a node: its sandboxes are gone within the lost timeout, the oth
 
   // The node's restart adopts its sandboxes: they are back.
   await startNode('na')
-  await sleep(2500)
-  const back = await Sandbox.connect(onA[0].sandboxId, opts)
+  let back
+  await until('the restarted node serves its sandbox again', async () => (back = await Sandbox.connect(onA[0].sandboxId, opts)))
   expect((await back.commands.run('echo back')).stdout).toBe('back\n')
   await Promise.all([...sbxs, ...fresh].map((s) => s.kill()))
 }, 180_000)
