@@ -147,7 +147,7 @@ func (m *Manager) applyEgress(rec store.Sandbox, inst *node.Instance) error {
 // (or is paused), without a restart: the record first, then the node;
 // connections the new policy forbids are cut.
 func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u NetworkUpdate) error {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func EffectiveNetwork(rec store.Sandbox) *Network {
 // NetworkLogs returns up to limit egress audit entries of a team's live
 // sandbox at or after start, oldest first.
 func (m *Manager) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
-	if _, err := m.lookup(teamID, id); err != nil {
+	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil {
 		return nil, err
 	}
 	if m.cfg.Audit == nil {

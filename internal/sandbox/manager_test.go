@@ -175,7 +175,7 @@ func (e *env) destroy() {
 	}
 	e.mgr.mu.Unlock()
 	for _, id := range ids {
-		l, err := e.mgr.lookupAny(id)
+		l, err := e.mgr.lookup(store.AllTeams(), id)
 		if err == nil {
 			err = e.mgr.kill(ctx, l)
 		}
@@ -214,7 +214,7 @@ func (e *env) waitWarm(n int) {
 
 // envdEnv asks envd for its default environment, with the sandbox's token.
 func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
-	l, err := m.lookupAny(rec.ID)
+	l, err := m.lookup(store.AllTeams(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

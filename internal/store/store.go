@@ -178,6 +178,11 @@ func (s TeamScope) All() bool { return s.all }
 // None reports whether the scope matches nothing.
 func (s TeamScope) None() bool { return !s.all && s.team == "" }
 
+// Covers reports whether a resource of team is in the scope: always for
+// all teams, never for none, else when it is the scope's team.
+func (s TeamScope) Covers(team string) bool {
+	return s.all || (s.team != "" && team == s.team)
+}
 
 // SandboxFilter selects sandboxes for ListSandboxes.
 type SandboxFilter struct {

@@ -382,3 +382,25 @@ func TestMigrationsAreIdempotent(t *testing.T) {
 		s.Close()
 	}
 }
+
+func TestTeamScopeCovers(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		scope TeamScope
+		team  string
+		want  bool
+	}{
+		{"its team", ForTeam("t1"), "t1", true},
+		{"another team", ForTeam("t1"), "t2", false},
+		{"an empty team's resource", ForTeam("t1"), "", false},
+		{"the empty team", ForTeam(""), "", false},
+		{"the empty team, another's resource", ForTeam(""), "t1", false},
+		{"the zero scope", TeamScope{}, "t1", false},
+		{"the zero scope, an empty team's resource", TeamScope{}, "", false},
+		{"all teams", AllTeams(), "t1", true},
+	} {
+		if got := c.scope.Covers(c.team); got != c.want {
+			t.Errorf("%s: Covers(%q) = %v, want %v", c.name, c.team, got, c.want)
+		}
+	}
+}
