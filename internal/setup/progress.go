@@ -161,7 +161,11 @@ func (s *stepOutput) lineLocked(l string) {
 		fmt.Fprintln(r.progress, l)
 		return
 	}
-	fmt.Fprintf(r.log, "%s: %s\n", s.name, l)
+	if strings.HasPrefix(l, s.name+": ") { // runsc's and runc's installers name themselves
+		fmt.Fprintln(r.log, l)
+	} else {
+		fmt.Fprintf(r.log, "%s: %s\n", s.name, l)
+	}
 	s.lines++
 	s.tail = append(s.tail, l)
 	if len(s.tail) > tailLines {
