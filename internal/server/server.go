@@ -28,6 +28,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/clientaddr"
 	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/dashboard"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
@@ -430,7 +432,9 @@ func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler 
 	if err != nil {
 		return nil, nil, err
 	}
-	apiSrv.Handler = trusted.Handler(apiSrv.Handler)
+	// The dashboard shares the API's address; its page reaches envd
+	// through the proxy's handler, in process.
+	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiSrv.Handler, Envd: proxyHandler, EnvdPort: envdinfo.Port}))
 	proxyHandler = trusted.Handler(proxyHandler)
 	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
 	if len(ls.tls) == 0 {
