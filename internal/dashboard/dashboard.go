@@ -489,7 +489,13 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, rest string)
 	r2.URL.Path = "/" + path
 	r2.URL.RawPath = ""
 	r2.RequestURI = ""
+	// envd's Basic Authorization names the user a call runs as (no
+	// secret): the only Authorization passed to a sandbox.
+	user := r.Header.Get("Authorization")
 	stripCredentials(r2.Header)
+	if len(user) > 6 && strings.EqualFold(user[:6], "basic ") {
+		r2.Header.Set("Authorization", user)
+	}
 	r2.Header.Del("Origin")
 	r2.Header.Set("E2b-Sandbox-Id", id)
 	r2.Header.Set("E2b-Sandbox-Port", fmt.Sprint(h.cfg.EnvdPort))
