@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, inject, test } from 'vitest'
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import puppeteer from 'puppeteer-core'
@@ -162,7 +163,7 @@ describe('dashboard', () => {
     await shot('template')
   })
 
-  test('API keys: listed, created and revoked with an access token', async () => {
+  test('API keys: refused for an API key with the API message; listed and created with an access token', async () => {
     await go('#/keys', 'API keys')
     // Signed in with an API key: E2B's API wants an access token here.
     await page.waitForFunction(() => !document.getElementById('error').hidden)
@@ -196,6 +197,31 @@ describe('dashboard', () => {
     }, sbx.sandboxId)
     expect(status.slice(0, 2)).toEqual([404, 404])
     await ctx.close()
+  })
+
+  test('CORS: envd\'s preflights through the proxy as E2B\'s envd answers them; the proxy\'s errors readable; never credentials', async () => {
+    const viaProxy = (host, method, headers) => new Promise((resolve, reject) => {
+      const req = http.request(`${w.sandboxUrl}/process.Process/Start`, { method, headers: { host, ...headers } }, (res) => {
+        res.resume()
+        res.on('end', () => resolve(res))
+      })
+      req.on('error', reject)
+      req.end()
+    })
+    const origin = 'https://page.example'
+    const pre = await viaProxy(`49983-${other.sandboxId}.localhost`, 'OPTIONS',
+      { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,x-access-token,connect-protocol-version' })
+    expect(pre.statusCode).toBe(204)
+    expect(pre.headers['access-control-allow-origin']).toBe('*')
+    expect(pre.headers['access-control-allow-headers']).toContain('x-access-token')
+    expect(pre.headers['access-control-allow-credentials']).toBeUndefined()
+    // The call itself still needs envd's token.
+    const bare = await viaProxy(`49983-${other.sandboxId}.localhost`, 'POST', { origin, 'content-type': 'application/json' })
+    expect(bare.statusCode).toBe(401)
+    expect(bare.headers['access-control-allow-origin']).toBe('*')
+    const gone = await viaProxy('49983-nosuchsandbox0000.localhost', 'POST', { origin })
+    expect(gone.statusCode).toBe(502)
+    expect(gone.headers['access-control-allow-origin']).toBe('*')
   })
 
   test('kill from the list; the SDK sees it gone', async () => {
