@@ -39,6 +39,8 @@
 package dashboard
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -50,6 +52,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -102,7 +106,13 @@ type Config struct {
 // Handler serves the dashboard, and the API for everything else.
 type Handler struct {
 	cfg    Config
+	web    fs.FS
 	assets http.Handler
+
+	// gz holds each text asset gzipped, made on its first request (the
+	// assets are fixed at build time).
+	gzMu sync.Mutex
+	gz   map[string][]byte
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -133,7 +143,7 @@ func New(cfg Config) *Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	return &Handler{cfg: cfg, assets: http.FileServerFS(sub), sessions: map[string]*session{}}
+	return &Handler{cfg: cfg, web: sub, assets: http.FileServerFS(sub), gz: map[string][]byte{}, sessions: map[string]*session{}}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -184,21 +194,65 @@ func (h *Handler) serveAsset(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	pageHeaders(w)
-	if name == "" || name == "index.html" {
-		w.Header().Set("Cache-Control", "no-cache")
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = "/"
-		h.assets.ServeHTTP(w, r2)
-		return
+	if name == "" {
+		name = "index.html"
 	}
 	if strings.HasPrefix(name, "vendor/") {
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 	} else {
 		w.Header().Set("Cache-Control", "no-cache")
 	}
+	if h.serveGzipped(w, r, name) {
+		return
+	}
+	if name == "index.html" {
+		name = "" // the file server redirects index.html to its directory
+	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = "/" + name
 	h.assets.ServeHTTP(w, r2)
+}
+
+// textTypes are the assets served gzipped, and their types.
+var textTypes = map[string]string{
+	".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
+	".css": "text/css; charset=utf-8", ".html": "text/html; charset=utf-8",
+}
+
+// serveGzipped serves a text asset gzipped to a browser that takes it
+// (a third of the bytes); false: not such an asset or request.
+func (h *Handler) serveGzipped(w http.ResponseWriter, r *http.Request, name string) bool {
+	ctype, text := textTypes[path.Ext(name)]
+	if !text || !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") || !fs.ValidPath(name) {
+		return false
+	}
+	h.gzMu.Lock()
+	body, ok := h.gz[name]
+	h.gzMu.Unlock()
+	if !ok {
+		raw, err := fs.ReadFile(h.web, name)
+		if err != nil {
+			return false
+		}
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(raw)
+		_ = zw.Close()
+		body = buf.Bytes()
+		h.gzMu.Lock()
+		h.gz[name] = body
+		h.gzMu.Unlock()
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", ctype)
+	hd.Set("Content-Encoding", "gzip")
+	hd.Set("Vary", "Accept-Encoding")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+	return true
 }
 
 // checkCSRF refuses a call that a page of another origin could have

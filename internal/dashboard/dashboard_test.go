@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -200,6 +202,20 @@ func TestPagesAndRedirect(t *testing.T) {
 		if w.Code != http.StatusOK || w.Header().Get("Content-Security-Policy") == "" {
 			t.Errorf("GET %s: %d %v", p, w.Code, w.Header())
 		}
+	}
+	// Gzipped to a browser that takes it, the same bytes once unzipped.
+	plain := do(h, "GET", "/dashboard/vendor/xterm.mjs", "", nil)
+	zipped := do(h, "GET", "/dashboard/vendor/xterm.mjs", "", map[string]string{"Accept-Encoding": "gzip, br"})
+	zr, err := gzip.NewReader(zipped.Body)
+	if err != nil || zipped.Header().Get("Content-Encoding") != "gzip" || !strings.HasPrefix(zipped.Header().Get("Content-Type"), "text/javascript") {
+		t.Fatalf("gzipped: %v %v", err, zipped.Header())
+	}
+	unzipped, _ := io.ReadAll(zr)
+	if !bytes.Equal(unzipped, plain.Body.Bytes()) || zipped.Body.Len() >= plain.Body.Len()/2 {
+		t.Errorf("gzipped %d bytes, unzipped %d, plain %d", zipped.Body.Len(), len(unzipped), plain.Body.Len())
+	}
+	if w := do(h, "GET", "/dashboard/", "", map[string]string{"Accept-Encoding": "gzip"}); w.Code != 200 || w.Header().Get("Content-Encoding") != "gzip" {
+		t.Errorf("index gzipped: %d %v", w.Code, w.Header())
 	}
 	if w := do(h, "GET", "/dashboard/../internal", "", nil); w.Code == http.StatusOK {
 		t.Errorf("path escape served: %d", w.Code)

@@ -36,3 +36,10 @@ export function showError(err) {
   box.textContent = err.message || String(err)
   box.hidden = false
 }
+
+// waitVisible calls fn once the page is visible again: a hidden tab
+// makes no periodic calls.
+export function waitVisible(fn) {
+  const on = () => { if (!document.hidden) { document.removeEventListener('visibilitychange', on); fn() } }
+  document.addEventListener('visibilitychange', on)
+}

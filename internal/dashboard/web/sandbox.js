@@ -2,15 +2,13 @@
 // its logs (envd's and the egress audit's), a terminal over envd's PTY
 // and a file browser over envd's filesystem and /files.
 import { api, rpc, stream, readFile, writeFile } from './api.js'
-import { h, fmtTime, fmtBytes, showError } from './dom.js'
-import { Terminal } from './vendor/xterm.mjs'
-import { FitAddon } from './vendor/addon-fit.mjs'
+import { waitVisible, h, fmtTime, fmtBytes, showError } from './dom.js'
 
 const refreshMs = 5000
 
 function info(sb) {
   const rows = [
-    ['ID', sb.sandboxID], ['State', sb.state], ['Template', `${sb.alias || ''} ${sb.templateID}`.trim()],
+    ['ID', sb.sandboxID], ['State', sb.state], ['Template', sb.alias && sb.alias !== sb.templateID ? `${sb.alias} (${sb.templateID})` : sb.templateID],
     ['Node', sb.clientID], ['CPUs', sb.cpuCount], ['Memory', `${sb.memoryMB} MiB`], ['Disk', `${sb.diskSizeMB} MiB`],
     ['Started', fmtTime(sb.startedAt)], ['Ends', fmtTime(sb.endAt)], ['envd', sb.envdVersion],
     ['Metadata', Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
@@ -33,7 +31,8 @@ function chart(id, title, unit) {
         plot = new window.uPlot({
           width, height: 150, legend: { show: false },
           series: [{}, { label: title, stroke: '#0b57d0', width: 2, points: { show: xs.length < 3 } }],
-          axes: [{}, { values: (u, vals) => vals.map((v) => unit(v)) }],
+          scales: { x: { time: true, range: (u, min, max) => [Math.min(min, max - 60), max + 5] }, y: { range: (u, min, max) => [0, Math.max(max * 1.2, 1)] } },
+          axes: [{}, { size: 70, values: (u, vals) => vals.map((v) => unit(v)) }],
         }, [xs, ys], box)
       } else {
         plot.setSize({ width, height: 150 })
@@ -51,6 +50,8 @@ function terminal(id) {
   let term, fit, pid, abort, ro
   async function open() {
     start.disabled = true
+    // xterm.js is most of the page's code: loaded when a terminal opens.
+    const [{ Terminal }, { FitAddon }] = await Promise.all([import('./vendor/xterm.mjs'), import('./vendor/addon-fit.mjs')])
     term = new Terminal({ fontSize: 13, convertEol: false, screenReaderMode: true })
     fit = new FitAddon()
     term.loadAddon(fit)
@@ -174,7 +175,7 @@ export async function sandboxPage(id) {
       const entries = (lg.logs || []).slice().sort((a, b) => new Date(a.timestamp) - new Date(b.timestamp))
       logs.textContent = entries.map((e) => `${e.timestamp} ${e.level || ''} ${(e.fields && e.fields.source) || ''} ${e.message}`).join('\n') || '(no logs yet)'
     } catch (err) { showError(err) }
-    if (!stopped) timer = setTimeout(refresh, refreshMs)
+    if (!stopped) timer = setTimeout(() => (document.hidden ? waitVisible(() => !stopped && refresh()) : refresh()), refreshMs)
   }
   const el = h('section', { 'aria-labelledby': 'title' },
     h('p', {}, h('a', { href: '#/sandboxes' }, '← Sandboxes')),

@@ -2,7 +2,7 @@
 // and template, refreshed every few seconds, with kill, pause, resume
 // and extend-timeout on each row.
 import { api, pages } from './api.js'
-import { h, fmtTime, showError } from './dom.js'
+import { waitVisible, h, fmtTime, showError } from './dom.js'
 
 const refreshMs = 5000
 
@@ -47,7 +47,7 @@ export async function sandboxesPage() {
       render(await pages('/v2/sandboxes?' + q.toString()))
       showError(null)
     } catch (err) { showError(err) }
-    if (!stopped) timer = setTimeout(load, refreshMs)
+    if (!stopped) timer = setTimeout(() => (document.hidden ? waitVisible(() => !stopped && load()) : load()), refreshMs)
   }
 
   function act(label, fn, cls) {
