@@ -5,6 +5,7 @@ import { sandboxesPage } from './sandboxes.js'
 import { sandboxPage } from './sandbox.js'
 import { templatesPage, templatePage } from './templates.js'
 import { keysPage } from './keys.js'
+import { secretsPage, volumesPage } from './team.js'
 
 const main = document.getElementById('main')
 const nav = document.getElementById('nav')
@@ -45,6 +46,8 @@ const routes = [
   [/^#\/templates\/([^/]+)$/, (m) => templatePage(decodeURIComponent(m[1]))],
   [/^#\/templates$/, () => templatesPage()],
   [/^#\/keys$/, () => keysPage()],
+  [/^#\/secrets$/, () => secretsPage()],
+  [/^#\/volumes$/, () => volumesPage()],
 ]
 
 async function route() {

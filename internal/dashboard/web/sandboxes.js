@@ -2,7 +2,7 @@
 // and template, refreshed every few seconds, with kill, pause, resume
 // and extend-timeout on each row.
 import { api, pages } from './api.js'
-import { waitVisible, h, fmtTime, showError } from './dom.js'
+import { waitVisible, h, fmtTime, fmtBytes, showError } from './dom.js'
 
 const refreshMs = 5000
 
@@ -20,7 +20,7 @@ export async function sandboxesPage() {
   const table = h('div', { class: 'table-wrap' }, h('table', { id: 'sandboxes' },
     h('caption', { class: 'muted', style: 'text-align:left' }, 'Sandboxes of your team'),
     h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Sandbox'), h('th', { scope: 'col' }, 'State'), h('th', { scope: 'col' }, 'Template'),
-      h('th', { scope: 'col' }, 'Metadata'), h('th', { scope: 'col', class: 'opt' }, 'Node'), h('th', { scope: 'col', class: 'opt' }, 'Ends'),
+      h('th', { scope: 'col' }, 'Metadata'), h('th', { scope: 'col', class: 'opt' }, 'CPU · memory'), h('th', { scope: 'col', class: 'opt' }, 'Node'), h('th', { scope: 'col', class: 'opt' }, 'Ends'),
       h('th', { scope: 'col' }, 'Actions'))),
     body))
   const form = h('form', { class: 'filters', role: 'search' },
@@ -44,7 +44,11 @@ export async function sandboxesPage() {
     if (tmpl.value.trim()) q.set('template', tmpl.value.trim())
     sessionStorage.setItem('warren.filters', new URLSearchParams({ state: state.value, metadata: meta.value, template: tmpl.value }).toString())
     try {
-      render(await pages('/v2/sandboxes?' + q.toString()))
+      const list = await pages('/v2/sandboxes?' + q.toString())
+      // The latest sample of the first 100 running ones (E2B's dashboard call).
+      const ids = list.filter((s) => s.state === 'running').slice(0, 100).map((s) => s.sandboxID)
+      const metrics = ids.length ? (await api.get('/sandboxes/metrics?sandbox_ids=' + ids.join(','))).sandboxes : {}
+      render(list, metrics)
       showError(null)
     } catch (err) { showError(err) }
     if (!stopped) timer = setTimeout(() => (document.hidden ? waitVisible(() => !stopped && load()) : load()), refreshMs)
@@ -57,9 +61,9 @@ export async function sandboxesPage() {
     } }, label)
   }
 
-  function render(list) {
+  function render(list, metrics) {
     const running = list.filter((s) => s.state === 'running').length
-    count.textContent = `${list.length} sandboxes: ${running} running, ${list.length - running} paused`
+    count.textContent = `${list.length} ${list.length === 1 ? 'sandbox' : 'sandboxes'}: ${running} running, ${list.length - running} paused`
     const rows = list.map((s) => {
       const id = s.sandboxID
       const actions = [
@@ -75,12 +79,13 @@ export async function sandboxesPage() {
         h('td', { class: `state-${s.state}` }, s.state),
         h('td', {}, s.alias || s.templateID),
         h('td', { class: 'meta' }, md),
+        h('td', { class: 'opt metrics' }, metrics[id] ? `${metrics[id].cpuUsedPct.toFixed(0)}% · ${fmtBytes(metrics[id].memUsed)}` : ''),
         h('td', { class: 'opt' }, s.clientID || ''),
         h('td', { class: 'opt' }, fmtTime(s.endAt)),
         h('td', {}, h('div', { class: 'actions', 'aria-label': `Actions for ${id}`, role: 'group' }, actions)))
     })
     body.replaceChildren(...rows)
-    if (!rows.length) body.replaceChildren(h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'No sandboxes match.')))
+    if (!rows.length) body.replaceChildren(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'No sandboxes match.')))
   }
 
   await load()

@@ -114,6 +114,9 @@ describe('dashboard', () => {
     await page.keyboard.press('Enter')
     await page.waitForFunction((id) => document.querySelectorAll('#sandboxes tbody tr').length === 1 && document.querySelector(`tr[data-id="${id}"]`), {}, sbx.sandboxId)
     await shot('sandboxes')
+    await page.setViewport({ width: 390, height: 844 })
+    await shot('sandboxes-phone')
+    await page.setViewport({ width: 1280, height: 800 })
   })
 
   test('the sandbox page: charts draw points, the terminal runs echo, files both ways', async () => {
@@ -121,6 +124,10 @@ describe('dashboard', () => {
     await go(`#/sandboxes/${sbx.sandboxId}`, `Sandbox ${sbx.sandboxId}`)
     // Charts: the metrics' samples (one every 5 s) drawn by uPlot.
     await page.waitForFunction(() => ['chart-cpu', 'chart-mem', 'chart-disk'].every((id) => Number(document.getElementById(id).dataset.points) > 0 && document.querySelector(`#${id} canvas`)), { timeout: 20_000 })
+    // E2B's dashboard call for the list: the latest sample of each.
+    const latest = await page.evaluate(async (id) => (await (await fetch(`/dashboard/api/sandboxes/metrics?sandbox_ids=${id},nosuchsandbox`, { headers: { 'X-Warren-Dashboard': '1' } })).json()), sbx.sandboxId)
+    expect(Object.keys(latest.sandboxes)).toEqual([sbx.sandboxId])
+    expect(latest.sandboxes[sbx.sandboxId].memTotal).toBeGreaterThan(0)
     // The file browser lists the SDK's file and reads it.
     const entry = '#files-list li[data-path="/home/user/from-sdk.txt"]'
     await page.waitForSelector(entry, { timeout: 15_000 })
@@ -161,6 +168,13 @@ describe('dashboard', () => {
     await go(`#/templates/${build.templateId}`, `Template ${build.templateId}`)
     await page.waitForFunction((t) => document.getElementById('build-logs').textContent.includes(t), { timeout: 45_000 }, `${run}-build-line`)
     await shot('template')
+    // Structured build logs (E2B's dashboard call), newest first.
+    const logs = await page.evaluate(async (t, b) => (await (await fetch(`/dashboard/api/templates/${t}/builds/${b}/logs?direction=backward&limit=100`, { headers: { 'X-Warren-Dashboard': '1' } })).json()), build.templateId, build.buildId)
+    expect(logs.logs.some((e) => e.message.includes(`${run}-build-line`))).toBe(true)
+    await go('#/secrets', 'Secrets')
+    await shot('secrets')
+    await go('#/volumes', 'Volumes')
+    await shot('volumes')
   })
 
   test('API keys: refused for an API key with the API message; listed and created with an access token', async () => {
