@@ -57,6 +57,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 //go:embed web
@@ -81,6 +84,9 @@ const (
 	// MaxSessions bounds the sessions kept: past it, sign-in first drops
 	// expired ones, then refuses (503).
 	MaxSessions = 10000
+	// MaxSessionsPerTeam bounds one team's sessions: its next sign-in
+	// ends its oldest, so that no team can fill the table for the others.
+	MaxSessionsPerTeam = 100
 	// envdTokenTTL is how long a sandbox's envd token is kept per
 	// session, so that a terminal's keystrokes do not each look it up.
 	envdTokenTTL = 30 * time.Second
@@ -99,6 +105,9 @@ type Config struct {
 	Envd http.Handler
 	// EnvdPort is envd's port in sandboxes.
 	EnvdPort int
+	// Store resolves a signed-in credential's team, which bounds its
+	// sessions (MaxSessionsPerTeam); nil: each credential counts as a team.
+	Store store.Store
 	// Now is the sessions' clock; nil: time.Now.
 	Now func() time.Time
 }
@@ -120,6 +129,7 @@ type Handler struct {
 
 type session struct {
 	header, secret string // the credential's header and value
+	team           string
 	mask           string
 	expires        time.Time
 	// tokens caches each sandbox's envd access token.
@@ -376,17 +386,16 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(check.Body.Bytes())
 		return
 	}
+	team, err := h.teamOf(r.Context(), secret)
+	if err != nil || team == "" {
+		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
+		return
+	}
 	now := h.cfg.Now()
-	s := &session{header: header, secret: value, mask: mask(secret), expires: now.Add(SessionTTL), tokens: map[string]envdToken{}}
+	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: now.Add(SessionTTL), tokens: map[string]envdToken{}}
 	id := newID()
 	h.mu.Lock()
-	if len(h.sessions) >= MaxSessions {
-		for k, old := range h.sessions {
-			if !now.Before(old.expires) {
-				delete(h.sessions, k)
-			}
-		}
-	}
+	h.makeRoom(team, now)
 	full := len(h.sessions) >= MaxSessions
 	if !full {
 		h.sessions[id] = s
@@ -398,6 +407,50 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, h.cookie(r, id, int(SessionTTL/time.Second)))
 	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+}
+
+// teamOf is the team a credential the API accepted belongs to.
+func (h *Handler) teamOf(ctx context.Context, secret string) (string, error) {
+	if h.cfg.Store == nil {
+		return "credential:" + auth.Hash(secret), nil
+	}
+	kind := store.KindAPIKey
+	if strings.HasPrefix(secret, auth.AccessTokenPrefix) {
+		kind = store.KindAccessToken
+	}
+	k, err := auth.Authenticate(ctx, h.cfg.Store, kind, secret)
+	if err != nil {
+		return "", err
+	}
+	return k.TeamID, nil
+}
+
+// makeRoom drops expired sessions when the table is full, and the team's
+// oldest while it has MaxSessionsPerTeam. h.mu is held.
+func (h *Handler) makeRoom(team string, now time.Time) {
+	if len(h.sessions) >= MaxSessions {
+		for k, old := range h.sessions {
+			if !now.Before(old.expires) {
+				delete(h.sessions, k)
+			}
+		}
+	}
+	for {
+		n, oldest := 0, ""
+		for k, s := range h.sessions {
+			if s.team != team {
+				continue
+			}
+			n++
+			if oldest == "" || s.expires.Before(h.sessions[oldest].expires) {
+				oldest = k
+			}
+		}
+		if n < MaxSessionsPerTeam {
+			return
+		}
+		delete(h.sessions, oldest)
+	}
 }
 
 func mask(secret string) string {

@@ -226,3 +226,23 @@ func TestPagesAndRedirect(t *testing.T) {
 		t.Errorf("session without cookie: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestSessionsBoundedPerTeam: one team signing in over and over ends its
+// own oldest sessions, never fills the server's table for other teams.
+func TestSessionsBoundedPerTeam(t *testing.T) {
+	h, _, _, now := newTest(t)
+	first := signIn(t, h)
+	for i := 0; i < MaxSessionsPerTeam; i++ {
+		*now = now.Add(time.Second)
+		signIn(t, h)
+	}
+	h.mu.Lock()
+	n := len(h.sessions)
+	h.mu.Unlock()
+	if n != MaxSessionsPerTeam {
+		t.Errorf("%d sessions kept, want %d", n, MaxSessionsPerTeam)
+	}
+	if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": first, Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("the team's oldest session still works: %d", w.Code)
+	}
+}
