@@ -65,9 +65,9 @@ try {
   for (let i = 0; i < 10; i++) {
     let n = 0
     const count = (r) => { if (r.url().includes('/dashboard/api/')) n++ }
-    page.on('request', count)
     await page.goto(`${w.apiUrl}/dashboard/#/templates`)
     await page.waitForSelector('#templates')
+    page.on('request', count)
     const t0 = performance.now()
     await page.evaluate(() => { location.hash = '#/sandboxes' })
     await page.waitForFunction((k) => document.querySelectorAll('#sandboxes tbody tr[data-id]').length === k, { timeout: 60_000, polling: 10 }, seeded)
