@@ -13,7 +13,9 @@ function info(sb) {
     ['Started', fmtTime(sb.startedAt)], ['Ends', fmtTime(sb.endAt)], ['envd', sb.envdVersion],
     ['Metadata', Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
   ]
-  if (sb.network) rows.push(['Egress', JSON.stringify(sb.network)])
+  if (sb.allowInternetAccess != null) rows.push(['Internet', sb.allowInternetAccess ? 'allowed' : 'denied'])
+  if (sb.network) rows.push(['Egress policy', JSON.stringify(sb.network)])
+  if (sb.lifecycle) rows.push(['On timeout', `${sb.lifecycle.onTimeout}${sb.lifecycle.autoResume ? ', resumes on traffic' : ''}`])
   return h('dl', { class: 'info', id: 'info' }, rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '')]))
 }
 
@@ -149,6 +151,30 @@ function files(id) {
   return { el: h('section', { class: 'files', 'aria-labelledby': 'files-title' }, h('h2', { id: 'files-title' }, 'Files'), form, list, preview), ls }
 }
 
+// snapshots lists the sandbox's snapshots, takes one, and forks the
+// sandbox (both keep it running).
+function snapshots(id) {
+  const list = h('ul', { id: 'snapshots' })
+  const out = h('p', { 'aria-live': 'polite', id: 'fork-result' })
+  async function load() {
+    try {
+      const snaps = await api.get(`/snapshots?sandboxID=${id}`)
+      list.replaceChildren(...(snaps.length ? snaps.map((s) => h('li', {}, `${(s.names || []).join(', ') || '(unnamed)'} `, h('span', { class: 'meta' }, s.snapshotID)))
+        : [h('li', { class: 'muted' }, 'No snapshots.')]))
+    } catch (err) { showError(err) }
+  }
+  const busy = (fn) => async (e) => {
+    e.target.disabled = true
+    try { await fn() } catch (err) { showError(err) } finally { e.target.disabled = false }
+  }
+  const take = h('button', { type: 'button', onclick: busy(async () => { await api.post(`/sandboxes/${id}/snapshots`, {}); await load() }) }, 'Take a snapshot')
+  const fork = h('button', { type: 'button', onclick: busy(async () => {
+    const res = await api.post(`/sandboxes/${id}/fork`, { timeout: 300 })
+    out.replaceChildren(...res.map((r) => (r.sandbox ? h('a', { href: `#/sandboxes/${r.sandbox.sandboxID}` }, `Fork ${r.sandbox.sandboxID}`) : `Fork failed: ${r.error && r.error.message}`)))
+  }) }, 'Fork')
+  return { el: h('section', { 'aria-labelledby': 'snap-title' }, h('h2', { id: 'snap-title' }, 'Snapshots and forks'), h('div', { class: 'filters' }, take, fork), out, list), load }
+}
+
 export async function sandboxPage(id) {
   const sb = await api.get(`/sandboxes/${id}`)
   const infoBox = h('div', {}, info(sb))
@@ -158,6 +184,7 @@ export async function sandboxPage(id) {
   const logs = h('pre', { class: 'logs', id: 'logs', tabindex: 0, 'aria-label': 'Sandbox logs' })
   const term = terminal(id)
   const fb = files(id)
+  const snaps = snapshots(id)
   let timer = null
   let stopped = false
   async function refresh() {
@@ -181,10 +208,11 @@ export async function sandboxPage(id) {
     h('p', {}, h('a', { href: '#/sandboxes' }, '← Sandboxes')),
     h('h1', { id: 'title' }, `Sandbox ${id}`), infoBox,
     h('h2', {}, 'Metrics'), h('div', { class: 'charts' }, cpu.el, mem.el, disk.el),
-    h('h2', {}, 'Logs'), logs, term.el, fb.el)
+    h('h2', {}, 'Logs'), logs, term.el, fb.el, snaps.el)
   // Charts size to their boxes: draw once the page is in the document.
   setTimeout(refresh, 0)
   if (sb.state === 'running') setTimeout(() => fb.ls('/home/user'), 0)
+  setTimeout(() => snaps.load(), 0)
   return {
     title: `Sandbox ${id}`, el,
     cleanup: () => { stopped = true; clearTimeout(timer); term.destroy(); cpu.destroy(); mem.destroy(); disk.destroy() },

@@ -149,6 +149,19 @@ describe('dashboard', () => {
     await shot('sandbox')
   })
 
+  test('fork from the sandbox page', async () => {
+    const t0 = Date.now()
+    await page.click('#snap-title ~ .filters button:nth-child(2)')
+    await page.waitForSelector('#fork-result a', { timeout: 30_000 })
+    const child = (await page.$eval('#fork-result a', (a) => a.textContent)).replace('Fork ', '')
+    try {
+      expect((await Sandbox.getInfo(child)).state).toBe('running')
+    } finally {
+      await Sandbox.kill(child)
+    }
+    console.log(`fork from the dashboard: ${Date.now() - t0} ms`)
+  })
+
   test('pause and resume from the list', async () => {
     await go('#/sandboxes', 'Sandboxes')
     const row = `tr[data-id="${sbx.sandboxId}"]`
