@@ -92,7 +92,7 @@ const (
 	envdTokenTTL = 30 * time.Second
 	// envdDeadline bounds an envd exchange (a terminal's stream) in
 	// place of the API server's write timeout.
-	envdDeadline = time.Hour
+	envdDeadline  = time.Hour
 	maxSignInBody = 4096
 )
 
