@@ -304,11 +304,17 @@ func newID() string {
 }
 
 // sessionOf is the request's live session, or nil.
+//
+// Two session cookies are no session: a page of a sibling host (a
+// sandbox's, under the same domain) can set a second one, scoped to a
+// longer path so that it comes first, to sign the user into its own
+// session (cookie tossing).
 func (h *Handler) sessionOf(r *http.Request) (string, *session) {
-	c, err := r.Cookie(CookieName)
-	if err != nil || c.Value == "" {
+	cs := r.CookiesNamed(CookieName)
+	if len(cs) != 1 || cs[0].Value == "" {
 		return "", nil
 	}
+	c := cs[0]
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.sessions[c.Value]

@@ -246,3 +246,18 @@ func TestSessionsBoundedPerTeam(t *testing.T) {
 		t.Errorf("the team's oldest session still works: %d", w.Code)
 	}
 }
+
+// TestTossedCookieRefused: a page of a sibling host (a sandbox's, under
+// the same domain) can set a second warren_session cookie for the
+// dashboard's path, to sign the user into the attacker's session. Two
+// session cookies are refused rather than either one used.
+func TestTossedCookieRefused(t *testing.T) {
+	h, _, _, _ := newTest(t)
+	mine := signIn(t, h)
+	theirs := signIn(t, h)
+	for _, c := range []string{theirs + "; " + mine, mine + "; " + theirs} {
+		if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": c, Header: "1"}); w.Code != http.StatusUnauthorized {
+			t.Errorf("two session cookies %q: %d", c, w.Code)
+		}
+	}
+}
