@@ -231,6 +231,7 @@ func ParseJWK(s string) (JWK, *ecdsa.PublicKey, error) {
 		return k, nil, err
 	}
 	pub, err := k.Public()
+	k.Kid = k.Thumbprint() // the key names itself, whatever the JSON said
 	return k, pub, err
 }
 
