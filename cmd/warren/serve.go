@@ -92,6 +92,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&f.NodeAddr, "node-addr", "", "`HOST:PORT` where a --role node process serves the api processes (the internal RPC and forwarded sandbox traffic); they must reach it")
 	fs.StringVar(&f.ClusterSecretFile, "cluster-secret-file", "", "`FILE` holding the cluster secret that authenticates the processes of a cluster to each other (default: $WARREN_CLUSTER_SECRET)")
 	fs.Var((*labelList)(&f.NodeLabels), "node-label", "`KEY=VALUE` labelling this node in `warren nodes` (repeatable, or comma-separated; letters, digits and . _ / -)")
+	fs.DurationVar(&f.PlacementTimeout, "placement-timeout", 0, "the api role answers a create not placed on a node within this long 504 sandbox_placement_timeout (a node that hangs), and abandons it; 0: no bound")
 	fs.DurationVar(&f.LostAfter, "lost-after", cluster.DefaultLostAfter, "a node not heard from for this long is lost: the api role places nothing there and reports its sandboxes gone")
 	fs.IntVar(&f.MaxSandboxes, "max-sandboxes", 100, "most sandboxes on this node, warm ones included (over: 503)")
 	fs.IntVar(&f.MaxPerTeam, "max-sandboxes-per-team", 0, "most sandboxes of one team (over: 429); 0: no limit. In a cluster the api processes hold it across nodes; give nodes the same value (they claim it for resumes on traffic)")

@@ -115,7 +115,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	printCredentials(out, creds)
 	// One pool of connections to the nodes, for calls and forwarded traffic.
 	nodeTransport := noderpc.NewTransport(cl.auth)
-	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter,
+	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter, PlacementTimeout: cfg.PlacementTimeout,
 		MaxPerTeam: cfg.MaxPerTeam, Logger: log})
 	if err != nil {
 		return err

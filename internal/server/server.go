@@ -106,6 +106,9 @@ type Config struct {
 	// LostAfter is how long an api waits for a node's heartbeat before
 	// the node is lost.
 	LostAfter time.Duration
+	// PlacementTimeout bounds an api's placement of a create on the
+	// nodes (504 sandbox_placement_timeout past it); 0: no bound.
+	PlacementTimeout time.Duration
 	// NodeLabels label this node in the store (`warren nodes`).
 	NodeLabels map[string]string
 	// SandboxMaxConns bounds the connections each sandbox may have open
