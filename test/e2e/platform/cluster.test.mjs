@@ -13,7 +13,8 @@
 // goes through a SOCKS5 egressProxy; a workload identity token minted on
 // either node verifies against the api's JWKS (every node's key); an api
 // whose placement times out (a node that hangs) answers 504
-// sandbox_placement_timeout.
+// sandbox_placement_timeout. Sandbox.create({ mcp }) works through the
+// api: the gateway on a node, reached through the api's proxy.
 import { afterAll, afterEach, beforeAll, beforeEach, expect, test } from 'vitest'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
@@ -21,6 +22,10 @@ import path from 'node:path'
 import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 import { startEgressHosts } from '../setup/egress-hosts.mjs'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { buildSync } from 'esbuild'
+import { createRequire } from 'node:module'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
@@ -359,6 +364,47 @@ test('egress on either node: a SOCKS5 egressProxy with and without a password, a
     await Promise.all([...open.made, wrong].map((s) => s.kill()))
   }
 }, 120_000)
+
+test('Sandbox.create({ mcp }) through the api: an npm MCP server listed and called from the gateway on its node', async () => {
+  const opts = apis[0].opts
+  // The npm server pre-pulled into a template FROM mcp-gateway, as in
+  // mcp.test.mjs (sandboxes here reach no registry).
+  const key = 'github/modelcontextprotocol/servers'
+  const ctx = mkdtempSync(path.join(os.tmpdir(), 'warren-cluster-mcp-'))
+  try {
+    buildSync({
+      entryPoints: [createRequire(import.meta.url).resolve('@modelcontextprotocol/server-memory/dist/index.js')],
+      bundle: true, platform: 'node', target: 'node18', format: 'esm', logLevel: 'error',
+      outfile: path.join(ctx, 'memory-server.mjs'),
+      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    })
+    const name = `cluster-mcp-${Date.now()}`
+    await Template.build(Template({ fileContextPath: ctx }).fromTemplate('mcp-gateway')
+      .copy('memory-server.mjs', '/home/user/mcp-servers/modelcontextprotocol/servers/', { user: 'user' }), name, { ...opts })
+    const sbx = await Sandbox.create({ ...opts, template: name, mcp: { [key]: { runCmd: 'node memory-server.mjs' } } })
+    try {
+      // getMcpUrl() is https://50005-<id>.<domain>; this cluster's api
+      // serves its proxy over HTTP: the same port through it by headers.
+      const transport = new StreamableHTTPClientTransport(new URL(`${opts.sandboxUrl}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${await sbx.getMcpToken()}`, 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005' } },
+      })
+      const client = new Client({ name: 'warren-cluster-e2e', version: '1.0.0' })
+      await client.connect(transport)
+      try {
+        const prefix = 'github-modelcontextprotocol-servers__'
+        expect((await client.listTools()).tools.map((t) => t.name)).toContain(`${prefix}read_graph`)
+        const graph = await client.callTool({ name: `${prefix}read_graph`, arguments: {} })
+        expect(JSON.parse(graph.content[0].text)).toEqual({ entities: [], relations: [] })
+      } finally {
+        await client.close()
+      }
+    } finally {
+      await sbx.kill()
+    }
+  } finally {
+    rmSync(ctx, { recursive: true, force: true })
+  }
+}, 180_000)
 
 test('an api whose placement times out (the node hangs) answers 504 sandbox_placement_timeout', async () => {
   // Its own flag for this start only: the tests above need no bound.
