@@ -8,12 +8,21 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
-// trustDomain is --identity-trust-domain, or --domain.
+// fallbackTrustDomain is the trust domain when neither
+// --identity-trust-domain nor --domain makes one.
+const fallbackTrustDomain = "warren"
+
+// trustDomain is --identity-trust-domain, or --domain when it is a
+// trust domain's name (a --domain that is not one must not stop a server
+// that uses no identity tokens from starting).
 func trustDomain(cfg Config) string {
 	if cfg.IdentityTrustDomain != "" {
 		return cfg.IdentityTrustDomain
 	}
-	return strings.ToLower(cfg.Domain)
+	if d := strings.ToLower(cfg.Domain); identity.ValidTrustDomain(d) {
+		return d
+	}
+	return fallbackTrustDomain
 }
 
 // issuer is --identity-issuer without a trailing '/', as tokens and the

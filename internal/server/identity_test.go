@@ -43,3 +43,19 @@ func TestClusterJWKS(t *testing.T) {
 		t.Errorf("a node's token does not verify against the cluster's JWKS: %v", err)
 	}
 }
+
+func TestTrustDomain(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Domain: "Sandboxes.Example.com"}, "sandboxes.example.com"},
+		{Config{Domain: "localhost", IdentityTrustDomain: "prod.example"}, "prod.example"},
+		{Config{Domain: "example.com:8443"}, fallbackTrustDomain},
+		{Config{IdentityTrustDomain: "Bad/TD"}, "Bad/TD"}, // refused by LoadSigner, with the flag named
+	} {
+		if got := trustDomain(c.cfg); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.cfg, got, c.want)
+		}
+	}
+}
