@@ -115,7 +115,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&f.BuildDiskMB, "build-disk-mb", template.DefaultBuildDiskMB, "disk of each build sandbox's writable layer, in MB (what one template build step may write)")
 	fs.IntVar(&f.EgressProxyPort, "egress-proxy-port", 0, "host port of the egress proxy that enforces domain rules (only sandboxes' redirected connections reach it); 0: a free one")
 	fs.StringVar(&f.EgressCAFile, "egress-ca-file", "", "PEM `FILE` of root certificates the egress proxy trusts, beside the system's, when it re-encrypts to a host that has rules")
-	fs.StringVar(&f.IdentityTrustDomain, "identity-trust-domain", "", "SPIFFE trust domain of sandboxes' workload identity tokens (spiffe://TD/team/T/sandbox/ID; every process of a cluster takes the same); default: --domain")
+	fs.StringVar(&f.IdentityTrustDomain, "identity-trust-domain", "", "SPIFFE trust domain of sandboxes' workload identity tokens (spiffe://TD/team/T/sandbox/ID; every process of a cluster takes the same); default: --domain, or \"warren\" when that is no trust domain name")
 	fs.StringVar(&f.IdentityIssuer, "identity-issuer", "", "`URL` of the API put in workload identity tokens' iss; set, the API also serves /.well-known/openid-configuration (OIDC federation); default: no iss")
 	fs.StringVar(&f.VolumeRoot, "volume-root", "", "`DIR` holding team volumes (default DATA-DIR/volumes); several nodes may share one over NFS, with --volume-quota 0")
 	fs.IntVar(&f.VolumeQuotaMB, "volume-quota", volume.DefaultQuotaMB, "size in MB of each new volume's own file system (writes past it fail with ENOSPC); 0: plain directories without a limit")
