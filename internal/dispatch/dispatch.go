@@ -47,7 +47,7 @@ type Config struct {
 	// (the API's 504 sandbox_placement_timeout), and what a node may
 	// still make is abandoned. 0: no bound.
 	PlacementTimeout time.Duration
-	Logger     *slog.Logger
+	Logger           *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
