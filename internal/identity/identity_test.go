@@ -34,6 +34,14 @@ func TestMintVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := JWKS{Keys: []JWK{s.JWK()}}
+	// What is published is the public half only: no private member.
+	var published map[string]any
+	json.Unmarshal([]byte(s.JWK().String()), &published)
+	for _, private := range []string{"d", "p", "q", "dp", "dq", "qi", "k"} {
+		if _, ok := published[private]; ok {
+			t.Errorf("the published key has %q: %v", private, published)
+		}
+	}
 	sub, err := Verify(tok, set, "warren.test", "sts.amazonaws.com")
 	if err != nil || sub != "spiffe://warren.test/team/team1/sandbox/sbx1" {
 		t.Fatalf("verify: %q %v", sub, err)
