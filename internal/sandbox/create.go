@@ -133,7 +133,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 	if err := m.validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
-	pol, err := compileEgress(req.Extra.Network, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
+	pol, err := compileEgress(req.Extra.Network, req.Extra.IAM, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

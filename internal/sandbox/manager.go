@@ -807,6 +807,34 @@ func newToken() string {
 type Extra struct {
 	Network *Network `json:"network,omitempty"`
 	MCP     any      `json:"mcp,omitempty"`
+	IAM     *IAM     `json:"iam,omitempty"`
+}
+
+// IAM is a sandbox's workload identity (the create's iam): the tokens
+// its egress rules may have the node mint, by name. It is fixed at
+// create (E2B: a fork does not inherit it).
+type IAM struct {
+	Tokens map[string]IAMToken `json:"tokens,omitempty"`
+}
+
+// IAMToken is one named token: its audience, kept exactly as given, and
+// its type (only identity.TokenType).
+type IAMToken struct {
+	Audience  string `json:"audience"`
+	TokenType string `json:"tokenType"`
+}
+
+// audiences is the tokens' audiences by name, as egress.Config takes
+// them.
+func (i *IAM) audiences() map[string]string {
+	if i == nil || len(i.Tokens) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(i.Tokens))
+	for name, t := range i.Tokens {
+		m[name] = t.Audience
+	}
+	return m
 }
 
 // Network is a sandbox's network configuration as the API gives it.

@@ -79,7 +79,8 @@ func do(req *http.Request) (apiResponse, error) {
 }
 
 // opaque500 is the only body a 500 may have.
-var opaque500 = regexp.MustCompile(`^internal error \(request ([^()\s]+)\)$`)
+// A start failure's carries E2B's fixed prefix (api.placePrefix) first.
+var opaque500 = regexp.MustCompile(`^(?:Failed to place sandbox: sandbox creation failed, please retry; )?internal error \(request ([^()\s]+)\)$`)
 
 // checkErrorBody fails the test unless a non-2xx answer is E2B's
 // {"code","message"} with the status as code, and a 500 says nothing but

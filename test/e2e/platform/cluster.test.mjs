@@ -9,13 +9,23 @@
 // snapshot, with its processes; a volume is shared by
 // sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
-// creates, and the node's restart brings them back.
+// creates, and the node's restart brings them back. Egress on either node
+// goes through a SOCKS5 egressProxy; a workload identity token minted on
+// either node verifies against the api's JWKS (every node's key); an api
+// whose placement times out (a node that hangs) answers 504
+// sandbox_placement_timeout. Sandbox.create({ mcp }) works through the
+// api: the gateway on a node, reached through the api's proxy.
 import { afterAll, afterEach, beforeAll, beforeEach, expect, test } from 'vitest'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
+import { startEgressHosts } from '../setup/egress-hosts.mjs'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { buildSync } from 'esbuild'
+import { createRequire } from 'node:module'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 // The apis place by the nodes' states in the store, read at most 500 ms
@@ -37,9 +47,14 @@ async function until(what, check) {
   throw new Error(`not within 15 s: ${what}${last ? `: ${last.message}` : ''}`)
 }
 
-let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI
+let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI, hosts
 beforeAll(async () => {
-  c = await startCluster({ nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2 })
+  // Stand-in internet hosts (198.18.0.0/15) for the egress test.
+  hosts = await startEgressHosts({ prefix: 'e24' })
+  c = await startCluster({
+    nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2,
+    nodeArgs: ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile],
+  })
   ;({ nodes, apis, nodeOf, nodeRow, warrenNodes } = c)
   startNode = c.startNode
   startAPI = c.startAPI
@@ -47,6 +62,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await c?.stop()
+  await hosts?.stop()
 }, 120_000)
 
 // A failed test prints what the cluster's processes warned of, and where
@@ -315,3 +331,122 @@ test('kill -9 of a node: its sandboxes are gone within the lost timeout, the oth
   expect((await back.commands.run('echo back')).stdout).toBe('back\n')
   await Promise.all([...sbxs, ...fresh].map((s) => s.kill()))
 }, 180_000)
+
+// createOn makes sandboxes with opts until one is on each node.
+async function oneOnEach(opts) {
+  const made = []
+  const on = (name) => made.find((s) => nodeOf(s.sandboxId) === name)
+  while ((!on('na') || !on('nb')) && made.length < 12) made.push(await Sandbox.create(opts))
+  expect(on('na')).toBeDefined()
+  expect(on('nb')).toBeDefined()
+  return { made, na: on('na'), nb: on('nb') }
+}
+
+test('egress on either node: a SOCKS5 egressProxy with and without a password, a wrong one refused; identity tokens verify against the api\'s JWKS', async () => {
+  const opts = apis[0].opts
+  const curl = async (s, url) => s.commands.run(`curl -sS --max-time 10 ${url}`).then((r) => r.stdout, (e) => `exit ${e.exitCode}`)
+  const tunnels = async () => (await (await fetch(`http://${hosts.Socks}:9000/`)).json()).tunnels
+  // The api's JWKS holds every node's identity key.
+  const jwks = await (await fetch(`${opts.apiUrl}/.well-known/jwks.json`)).json()
+  expect(jwks.keys.length).toBe(2)
+  writeFileSync(hosts.JWKSFile, `${opts.apiUrl}/.well-known/jwks.json`)
+  const audience = 'https://api.example.test'
+  const { made, na, nb } = await oneOnEach({
+    ...opts,
+    iam: { tokens: { api: { audience, tokenType: 'JWT-SVID' } } },
+    network: {
+      egressProxy: { address: `${hosts.Socks}:1080`, username: 'user', password: 's0cks-pw-7Q' },
+      rules: { 'api.example.test': [{ transform: ({ iam }) => ({ headers: { Authorization: `Bearer ${iam.tokens.api}` } }) }] },
+    },
+  })
+  try {
+    for (const s of [na, nb]) {
+      const before = await tunnels()
+      expect(await curl(s, `http://${hosts.Web1}/`)).toContain('server=web1')
+      expect(await tunnels()).toBeGreaterThan(before)
+      // Minted by the sandbox's node, verified by a relying party
+      // against the api's JWKS.
+      const v = JSON.parse(await curl(s, 'http://api.example.test/__svid'))
+      expect(v.sub).toMatch(new RegExp(`/sandbox/${s.sandboxId}$`))
+    }
+  } finally {
+    await Promise.all(made.map((s) => s.kill()))
+  }
+  // Without a password; and a wrong one fails closed.
+  const open = await oneOnEach({ ...opts, network: { egressProxy: { address: `${hosts.Socks}:1081` } } })
+  const wrong = await Sandbox.create({ ...opts, network: { egressProxy: { address: `${hosts.Socks}:1080`, username: 'user', password: 'wrong' } } })
+  try {
+    for (const s of [open.na, open.nb]) expect(await curl(s, `http://${hosts.Web2}/`)).toContain('server=web2')
+    expect(await curl(wrong, `http://${hosts.Web2}/`)).toMatch(/^exit [1-9]/)
+  } finally {
+    await Promise.all([...open.made, wrong].map((s) => s.kill()))
+  }
+}, 120_000)
+
+test('Sandbox.create({ mcp }) through the api: an npm MCP server listed and called from the gateway on its node', async () => {
+  const opts = apis[0].opts
+  // The npm server pre-pulled into a template FROM mcp-gateway, as in
+  // mcp.test.mjs (sandboxes here reach no registry).
+  const key = 'github/modelcontextprotocol/servers'
+  const ctx = mkdtempSync(path.join(os.tmpdir(), 'warren-cluster-mcp-'))
+  try {
+    buildSync({
+      entryPoints: [createRequire(import.meta.url).resolve('@modelcontextprotocol/server-memory/dist/index.js')],
+      bundle: true, platform: 'node', target: 'node18', format: 'esm', logLevel: 'error',
+      outfile: path.join(ctx, 'memory-server.mjs'),
+      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    })
+    const name = `cluster-mcp-${Date.now()}`
+    await Template.build(Template({ fileContextPath: ctx }).fromTemplate('mcp-gateway')
+      .copy('memory-server.mjs', '/home/user/mcp-servers/modelcontextprotocol/servers/', { user: 'user' }), name, { ...opts })
+    const sbx = await Sandbox.create({ ...opts, template: name, mcp: { [key]: { runCmd: 'node memory-server.mjs' } } })
+    try {
+      // getMcpUrl() is https://50005-<id>.<domain>; this cluster's api
+      // serves its proxy over HTTP: the same port through it by headers.
+      const transport = new StreamableHTTPClientTransport(new URL(`${opts.sandboxUrl}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${await sbx.getMcpToken()}`, 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005' } },
+      })
+      const client = new Client({ name: 'warren-cluster-e2e', version: '1.0.0' })
+      await client.connect(transport)
+      try {
+        const prefix = 'github-modelcontextprotocol-servers__'
+        expect((await client.listTools()).tools.map((t) => t.name)).toContain(`${prefix}read_graph`)
+        const graph = await client.callTool({ name: `${prefix}read_graph`, arguments: {} })
+        expect(JSON.parse(graph.content[0].text)).toEqual({ entities: [], relations: [] })
+      } finally {
+        await client.close()
+      }
+    } finally {
+      await sbx.kill()
+    }
+  } finally {
+    rmSync(ctx, { recursive: true, force: true })
+  }
+}, 180_000)
+
+test('an api whose placement times out (the node hangs) answers 504 sandbox_placement_timeout', async () => {
+  // Its own flag for this start only: the tests above need no bound.
+  await c.apis[1].proc.stop()
+  await startAPI(1, ['--placement-timeout', '3s'])
+  const opts = apis[1].opts
+  warrenNodes('cordon', 'na')
+  nodes.nb.proc.proc.kill('SIGSTOP')
+  try {
+    const t0 = Date.now()
+    const res = await fetch(`${opts.apiUrl}/sandboxes`, {
+      method: 'POST', headers: { 'X-API-Key': opts.apiKey, 'Content-Type': 'application/json' }, body: JSON.stringify({ templateID: 'base' }),
+    })
+    const body = await res.json()
+    expect(res.status).toBe(504)
+    expect(body).toMatchObject({ code: 504, error_code: 'sandbox_placement_timeout' })
+    expect(body.message).toMatch(/^Failed to place sandbox: /)
+    expect(Date.now() - t0).toBeLessThan(10_000)
+  } finally {
+    nodes.nb.proc.proc.kill('SIGCONT')
+    warrenNodes('uncordon', 'na')
+  }
+  // Nothing is left of the abandoned create once the node runs again.
+  await sleep(3000)
+  for (let i = 0; i < 20 && (await Sandbox.list(opts).nextItems()).length > 0; i++) await sleep(500)
+  expect(await Sandbox.list(opts).nextItems()).toEqual([])
+}, 60_000)
