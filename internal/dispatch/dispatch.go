@@ -202,6 +202,30 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	return out, nil
 }
 
+// CountSandboxes is how many of a team's sandboxes List would return for f (its
+// Limit and After aside): counted by node in the store, those on lost
+// nodes left out.
+func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
+	if teamID == "" {
+		return 0, nil
+	}
+	f.TeamID, f.AllTeams = teamID, false
+	if len(f.States) == 0 {
+		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
+	}
+	byNode, err := d.cfg.Store.CountSandboxes(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for node, n := range byNode {
+		if _, err := d.liveNode(ctx, node, ""); err == nil {
+			total += n
+		}
+	}
+	return total, nil
+}
+
 // on finds a team's sandbox and the client of its node.
 func (d *Dispatcher) on(ctx context.Context, teamID, id string) (*noderpc.Client, error) {
 	c, _, err := d.onNode(ctx, teamID, id)

@@ -470,14 +470,15 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
-	var where []string
-	var args []any
+// sandboxWhere is the WHERE terms and arguments of filter f (its
+// position After too when paged); none when it matches nothing (an empty
+// team).
+func sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none bool, err error) {
 	switch {
 	case f.AllTeams && f.TeamID != "":
-		return nil, errors.New("store: a sandbox filter of one team and all teams")
+		return nil, nil, false, errors.New("store: a sandbox filter of one team and all teams")
 	case !f.AllTeams && f.TeamID == "":
-		return nil, nil // an empty team matches nothing
+		return nil, nil, true, nil // an empty team matches nothing
 	case !f.AllTeams:
 		where = append(where, "team_id = ?")
 		args = append(args, f.TeamID)
@@ -501,13 +502,21 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 		where = append(where, "started_at >= ?")
 		args = append(args, ms(f.StartedAfter))
 	}
-	if f.After != nil {
+	if paged && f.After != nil {
 		op := ">"
 		if f.Desc {
 			op = "<"
 		}
 		where = append(where, "(started_at "+op+" ? OR (started_at = ? AND id "+op+" ?))")
 		args = append(args, ms(f.After.StartedAt), ms(f.After.StartedAt), f.After.ID)
+	}
+	return where, args, false, nil
+}
+
+func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
+	where, args, none, err := sandboxWhere(f, true)
+	if none || err != nil {
+		return nil, err
 	}
 	query := "SELECT " + sandboxColumns + " FROM sandboxes"
 	if len(where) > 0 {
@@ -540,6 +549,57 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 		out = append(out, sb)
 		if f.Limit > 0 && len(out) == f.Limit {
 			break
+		}
+	}
+	return out, rows.Err()
+}
+
+// CountSandboxes counts in SQL when f has no metadata filter (an index
+// of team, state and node answers it: migration 0025); with one, it reads
+// only the node and metadata of each sandbox the rest of f matches, as
+// metadata is JSON text.
+func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error) {
+	where, args, none, err := sandboxWhere(f, false)
+	if none || err != nil {
+		return map[string]int{}, err
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	out := map[string]int{}
+	if len(f.Metadata) == 0 {
+		rows, err := s.db.QueryContext(ctx, s.q("SELECT node, COUNT(*) FROM sandboxes"+cond+" GROUP BY node"), args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var node string
+			var n int
+			if err := rows.Scan(&node, &n); err != nil {
+				return nil, err
+			}
+			out[node] = n
+		}
+		return out, rows.Err()
+	}
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT node, metadata FROM sandboxes"+cond), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node, meta string
+		if err := rows.Scan(&node, &meta); err != nil {
+			return nil, err
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(meta), &m); err != nil {
+			return nil, fmt.Errorf("store: metadata of a sandbox: %w", err)
+		}
+		if hasMetadata(m, f.Metadata) {
+			out[node]++
 		}
 	}
 	return out, rows.Err()

@@ -213,6 +213,10 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, id string, update func(*Sandbox) error) (Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// CountSandboxes counts the sandboxes f matches, by node, without
+	// reading them (f's Limit and After do not apply). An empty team
+	// matches nothing, as in ListSandboxes.
+	CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error)
 	// ExpiredSandboxes lists running or paused sandboxes whose EndAt has passed.
 	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
 
