@@ -37,6 +37,8 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 			"started after": {TeamID: "team1", StartedAfter: t0.Add(5 * time.Second)},
 			"paged":         {TeamID: "team1", Limit: 2, After: &Cursor{StartedAt: t0.Add(3 * time.Second), ID: "sb03"}},
 			"all teams":     {AllTeams: true},
+			"on nodes":      {TeamID: "team1", OnNodes: []string{"n1", "n3"}},
+			"on no node":    {TeamID: "team1", OnNodes: []string{}},
 			"empty team":    {},
 			"empty team n1": {Node: "n1"},
 		} {

@@ -498,6 +498,15 @@ func sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none
 		where = append(where, "node = ?")
 		args = append(args, f.Node)
 	}
+	if f.OnNodes != nil {
+		if len(f.OnNodes) == 0 {
+			return nil, nil, true, nil
+		}
+		where = append(where, "node IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.OnNodes)), ", ")+")")
+		for _, n := range f.OnNodes {
+			args = append(args, n)
+		}
+	}
 	if !f.StartedAfter.IsZero() {
 		where = append(where, "started_at >= ?")
 		args = append(args, ms(f.StartedAfter))

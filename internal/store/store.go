@@ -169,6 +169,10 @@ type SandboxFilter struct {
 	TemplateID string
 	// Node, if set, keeps only sandboxes placed on that node.
 	Node string
+	// OnNodes, if not nil, keeps only sandboxes placed on one of these
+	// nodes (none if it is empty): the api leaves out lost nodes' here,
+	// so that a page holds Limit sandboxes.
+	OnNodes []string
 	// StartedAfter, if set, keeps only sandboxes started at or after it.
 	StartedAfter time.Time
 	// After continues a listing: sandboxes ordered after this cursor.

@@ -205,3 +205,5 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -11,18 +11,21 @@ import os from 'node:os'
 import path from 'node:path'
 import { freePort, newDataDir, spawnWarren, unmountBelow, warrenBinary } from './start-warren.mjs'
 
-export const psql = (sql, dbname = 'postgres') =>
-  execFileSync('psql', ['-h', '/var/run/postgresql', '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
+export const psql = (sql, dbname = 'postgres', host = '/var/run/postgresql', user = 'root') =>
+  execFileSync('psql', ['-h', host, '-U', user, '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
-// nodes: { name: { prefix, net16 } }; apis: how many api processes.
-export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
+// nodes: { name: { prefix, net16 } }; apis: how many api processes; pg:
+// a PostgreSQL server of the caller's own ({ host, user }: its socket
+// dir and role), default the shared one.
+export async function startCluster({ nodes, apis = 1, poolSize = 1, pg = { host: '/var/run/postgresql', user: 'root' }, extraNodeArgs = [] }) {
+  const sql = (q, dbname = 'postgres') => psql(q, dbname, pg.host, pg.user)
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
   const db = `warren_e2e_cluster_${process.pid}_${randomBytes(3).toString('hex')}`
-  const storeURL = `postgres:///${db}?host=/var/run/postgresql&user=root&sslmode=disable`
+  const storeURL = `postgres:///${db}?host=${pg.host}&user=${pg.user}&sslmode=disable`
   const env = { ...process.env, WARREN_CLUSTER_SECRET: secret, WARREN_API_KEY: apiKey }
   delete env.WARREN_ACCESS_TOKEN
-  psql(`CREATE DATABASE ${db}`)
+  sql(`CREATE DATABASE ${db}`)
   const volumeRoot = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-volumes-'))
   const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text']
 
@@ -43,7 +46,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
         '--metrics-addr', `127.0.0.1:${n.metricsPort}`,
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
-        '--pool-size', String(poolSize), ...shared,
+        '--pool-size', String(poolSize), ...shared, ...extraNodeArgs,
       ], { env, healthUrl: `http://127.0.0.1:${n.port}/health` })
     },
     // startAPI starts (or restarts, same ports) api process i; its
@@ -68,7 +71,9 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
     // nodeRow is a node's line of `warren nodes` as [NAME, STATE, SANDBOXES, ...].
     nodeRow: (name) => c.nodesTable().trim().split('\n').slice(1).map((l) => l.split(/\s+/)).find((f) => f[0] === name),
     // nodeOf is the node the store places sandbox id on.
-    nodeOf: (id) => psql(`SELECT node FROM sandboxes WHERE id = '${id.replace(/[^a-z0-9]/g, '')}'`, db),
+    nodeOf: (id) => sql(`SELECT node FROM sandboxes WHERE id = '${id.replace(/[^a-z0-9]/g, '')}'`, db),
+    // sql runs a query on the cluster's database.
+    sql: (q) => sql(q, db),
     // stop kills every sandbox (a node that was killed comes back first,
     // to adopt its sandboxes), stops every process, and removes the
     // data dirs and the database.
@@ -93,7 +98,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
       for (const a of c.apis) if (a.dataDir) rmSync(a.dataDir, { recursive: true, force: true })
       unmountBelow(volumeRoot)
       rmSync(volumeRoot, { recursive: true, force: true })
-      psql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
+      sql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
     },
   }
   try {
