@@ -65,3 +65,41 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 		}
 	})
 }
+
+// Metadata is matched in SQL on both backends, for any key and value
+// (quotes, dots, JSON path characters), and a page holds Limit matches.
+func TestMetadataFilterInSQL(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		s.CreateTeam(ctx, Team{ID: "team1", Name: "t", CreatedAt: t0})
+		odd := map[string]string{"a.b": "x", `k"q`: `v'"`, "$[0]": "1", "ключ": "значение"}
+		for i := 0; i < 9; i++ {
+			meta := map[string]string{"n": fmt.Sprint(i % 3)}
+			if i == 4 {
+				meta = odd
+			}
+			if err := s.CreateSandbox(ctx, sandbox(fmt.Sprintf("sb%02d", i), t0.Add(time.Duration(i)*time.Second), meta)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, v := range odd {
+			got, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: map[string]string{k: v}})
+			if err != nil || fmt.Sprint(ids(got)) != "[sb04]" {
+				t.Errorf("%q=%q: %v %v", k, v, ids(got), err)
+			}
+			if got, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: map[string]string{k: v + "x"}}); len(got) != 0 {
+				t.Errorf("%q=%q+x matched %v", k, v, ids(got))
+			}
+		}
+		if got, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: odd}); fmt.Sprint(ids(got)) != "[sb04]" {
+			t.Errorf("all pairs: %v", ids(got))
+		}
+		page, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: map[string]string{"n": "1"}, Limit: 2})
+		if fmt.Sprint(ids(page)) != "[sb01 sb07]" {
+			t.Errorf("a page of n=1: %v", ids(page))
+		}
+		if n, _ := s.CountSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: map[string]string{"n": "1"}}); fmt.Sprint(n) != "map[node1:2]" {
+			t.Errorf("count of n=1: %v", n)
+		}
+	})
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -473,7 +475,7 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 // sandboxWhere is the WHERE terms and arguments of filter f (its
 // position After too when paged); none when it matches nothing (an empty
 // team).
-func sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none bool, err error) {
+func (s *SQL) sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none bool, err error) {
 	switch {
 	case f.AllTeams && f.TeamID != "":
 		return nil, nil, false, errors.New("store: a sandbox filter of one team and all teams")
@@ -497,6 +499,17 @@ func sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none
 	if f.Node != "" {
 		where = append(where, "node = ?")
 		args = append(args, f.Node)
+	}
+	// Metadata is JSON text; each pair is matched in SQL, so that a page's
+	// LIMIT applies in the query rather than after reading every sandbox
+	// of the team (test/scale).
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		if s.d == postgresDialect {
+			where = append(where, "(metadata::jsonb ->> ?) = ?")
+		} else {
+			where = append(where, "EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) AS m WHERE m.key = ? AND m.type = 'text' AND m.value = ?)")
+		}
+		args = append(args, k, f.Metadata[k])
 	}
 	if f.OnNodes != nil {
 		if len(f.OnNodes) == 0 {
@@ -523,7 +536,7 @@ func sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none
 }
 
 func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
-	where, args, none, err := sandboxWhere(f, true)
+	where, args, none, err := s.sandboxWhere(f, true)
 	if none || err != nil {
 		return nil, err
 	}
@@ -536,9 +549,7 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 	} else {
 		query += " ORDER BY started_at, id"
 	}
-	// Metadata is JSON text: it is matched here, so the SQL limit applies
-	// only when there is no metadata filter.
-	if f.Limit > 0 && len(f.Metadata) == 0 {
+	if f.Limit > 0 {
 		query += " LIMIT " + strconv.Itoa(f.Limit)
 	}
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
@@ -563,12 +574,10 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 	return out, rows.Err()
 }
 
-// CountSandboxes counts in SQL when f has no metadata filter (an index
-// of team, state and node answers it: migration 0025); with one, it reads
-// only the node and metadata of each sandbox the rest of f matches, as
-// metadata is JSON text.
+// CountSandboxes counts in SQL, by node: an index of team, state and node
+// answers it without a metadata filter (migration 0025).
 func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error) {
-	where, args, none, err := sandboxWhere(f, false)
+	where, args, none, err := s.sandboxWhere(f, false)
 	if none || err != nil {
 		return map[string]int{}, err
 	}
@@ -577,39 +586,18 @@ func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]i
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	out := map[string]int{}
-	if len(f.Metadata) == 0 {
-		rows, err := s.db.QueryContext(ctx, s.q("SELECT node, COUNT(*) FROM sandboxes"+cond+" GROUP BY node"), args...)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var node string
-			var n int
-			if err := rows.Scan(&node, &n); err != nil {
-				return nil, err
-			}
-			out[node] = n
-		}
-		return out, rows.Err()
-	}
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT node, metadata FROM sandboxes"+cond), args...)
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT node, COUNT(*) FROM sandboxes"+cond+" GROUP BY node"), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var node, meta string
-		if err := rows.Scan(&node, &meta); err != nil {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
 			return nil, err
 		}
-		var m map[string]string
-		if err := json.Unmarshal([]byte(meta), &m); err != nil {
-			return nil, fmt.Errorf("store: metadata of a sandbox: %w", err)
-		}
-		if hasMetadata(m, f.Metadata) {
-			out[node]++
-		}
+		out[node] = n
 	}
 	return out, rows.Err()
 }
