@@ -56,6 +56,14 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     const live = () => [...sbx.values()].filter((s) => s.state === 'running' && !s.faulted)
     const paused = () => [...sbx.values()].filter((s) => s.state === 'paused' && !s.faulted)
     const pick = (xs) => xs[Math.floor(Math.random() * xs.length)]
+    // One operation at a time on a sandbox: what was acknowledged before
+    // a pause or a fork is then exactly what it must keep.
+    const withFree = async (xs, f) => {
+      const s = pick(xs.filter((x) => !x.busy))
+      if (!s) return
+      s.busy = true
+      try { return await f(s) } finally { s.busy = false }
+    }
 
     const ops = {
       async create(i) {
@@ -63,56 +71,40 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
         const s = await Sandbox.create({ ...optsOf(i), timeoutMs: 30 * 60_000, volumeMounts: { '/data': vol } })
         sbx.set(s.sandboxId, { id: s.sandboxId, node: c.nodeOf(s.sandboxId), state: 'running', files: new Map(), handle: s })
       },
-      async command(i) {
-        const s = pick(live())
-        if (!s) return
+      command: (i) => withFree(live(), async (s) => {
         const r = await (await Sandbox.connect(s.id, optsOf(i))).commands.run('echo ok')
         if (r.stdout !== 'ok\n') throw new Error(`command answered ${JSON.stringify(r.stdout)}`)
-      },
-      async file(i) {
-        const s = pick(live())
-        if (!s) return
+      }),
+      file: (i) => withFree(live(), async (s) => {
         const path = `/home/user/f${++seq}`
         const body = `${s.id} ${seq} ${now()}`
         await (await Sandbox.connect(s.id, optsOf(i))).files.write(path, body)
         s.files.set(path, body)
-      },
-      async volume(i) {
-        const s = pick(live())
-        if (!s) return
+      }),
+      volume: (i) => withFree(live(), async (s) => {
         const path = `/data/v${++seq}`
         const body = `${s.id} ${seq}`
         // sync: the write is acknowledged once it is on the volume's disk.
         await (await Sandbox.connect(s.id, optsOf(i))).commands.run(`printf %s '${body}' > ${path} && sync ${path}`)
         volumeFiles.set(path, body)
-      },
-      async pause(i) {
-        const s = pick(live())
-        if (!s) return
-        s.busy = true
-        try {
-          await Sandbox.pause(s.id, optsOf(i))
-          s.state = 'paused'
-        } finally { s.busy = false }
-      },
-      async resume(i) {
-        const s = pick(paused())
-        if (!s) return
+      }),
+      pause: (i) => withFree(live(), async (s) => {
+        await Sandbox.pause(s.id, optsOf(i))
+        s.state = 'paused'
+      }),
+      resume: (i) => withFree(paused(), async (s) => {
         await Sandbox.connect(s.id, { ...optsOf(i), timeoutMs: 30 * 60_000 })
         s.state = 'running'
-      },
-      async fork(i) {
-        const s = pick(live())
-        if (!s || live().length + paused().length >= maxLive) return
+      }),
+      fork: (i) => withFree(live(), async (s) => {
+        if (live().length + paused().length >= maxLive) return
         const [child] = await (await Sandbox.connect(s.id, optsOf(i))).fork({ count: 1, timeoutMs: 30 * 60_000 })
         sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files) })
-      },
-      async kill(i) {
-        const s = pick([...live(), ...paused()])
-        if (!s) return
+      }),
+      kill: (i) => withFree([...live(), ...paused()], async (s) => {
         await Sandbox.kill(s.id, optsOf(i))
         s.state = 'killed'
-      },
+      }),
     }
     const mix = ['create', 'create', 'command', 'command', 'file', 'file', 'volume', 'pause', 'resume', 'fork', 'kill']
     const loadLoop = async (w) => {
@@ -184,7 +176,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
           if (!s) { entry.target = 'none'; break }
           entry.target = s.id
           // The sandbox's own process (runsc-sandbox / boot), not the gofer.
-          const procs = sandboxProcs(s.node, s.id).filter((p) => /runsc-sandbox|boot/.test(p.line))
+          const procs = sandboxProcs(s.node, s.id).filter((p) => p.cmd === 'runsc-sandbox')
           for (const p of procs) { try { process.kill(p.pid, 'SIGKILL') } catch {} }
           s.faulted = 'its runsc sandbox process was killed from the host'
           entry.detail = `${procs.length} processes`
@@ -282,30 +274,46 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       row('every paused sandbox resumes', bad.length === 0, bad.join('; '))
     }
 
-    // No leaks once everything is killed and the load has stopped.
+    // No leaks once everything is killed and the load has stopped: first
+    // with the nodes running (their pools of ready network slots aside),
+    // then with the nodes stopped (SIGTERM: a node tears its pool down).
+    const leaksOf = (n, { network }) => {
+      const { prefix, dataDir } = c.nodes[n]
+      const leaks = []
+      if (network) {
+        const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((x) => x.startsWith(prefix + '-')) : []
+        if (netns.length) leaks.push(`${n}: netns ${netns.join(' ')}`)
+        const links = spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(` ${prefix}`))
+        if (links.length) leaks.push(`${n}: links ${links.map((l) => l.split(':')[1].trim()).join(' ')}`)
+      }
+      const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4]).filter((m) => m && m.startsWith(`${dataDir}/sandboxes/`))
+      if (mounts.length) leaks.push(`${n}: mounts ${mounts.join(' ')}`)
+      const loops = spawnSync('losetup', ['-n', '-O', 'NAME,BACK-FILE', '-l'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(`${dataDir}/`))
+      if (loops.length) leaks.push(`${n}: loops ${loops.join(' ')}`)
+      // The cgroup parent, in the unified hierarchy or in each v1 controller's.
+      const cgs = []
+      for (const root of ['/sys/fs/cgroup', ...readdirSync('/sys/fs/cgroup').map((d) => `/sys/fs/cgroup/${d}`)]) {
+        const cg = `${root}/warren-${prefix}`
+        if (existsSync(cg)) cgs.push(...readdirSync(cg, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => `${cg}/${d.name}`))
+      }
+      if (cgs.length) leaks.push(`${n}: cgroups ${cgs.join(' ')}`)
+      const procs = sandboxProcs(n).filter((p) => /runsc/.test(p.line) && !/ serve /.test(p.line))
+      if (procs.length) leaks.push(`${n}: processes ${procs.map((p) => `${p.pid}:${p.cmd}`).join(' ')}`)
+      return leaks
+    }
     const checkLeaks = async () => {
       const listed = JSON.parse((await api(0, 'GET', '/v2/sandboxes?limit=100')).body || '[]')
       for (const s of listed) await api(0, 'DELETE', `/sandboxes/${s.sandboxID}`)
       for (const s of sbx.values()) if (s.state !== 'killed') await api(1, 'DELETE', `/sandboxes/${s.id}`)
       await sleep(3000)
-      const leaks = []
+      let leaks = names.flatMap((n) => leaksOf(n, { network: false }))
+      results.push({ after: 'end (load stopped, all killed)', invariant: 'no leaked mount, loop, cgroup, process', ok: leaks.length === 0, detail: leaks.join('; ') })
       for (const n of names) {
-        const { prefix, dataDir } = c.nodes[n]
-        const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((x) => x.startsWith(prefix + '-')) : []
-        if (netns.length) leaks.push(`${n}: netns ${netns.join(' ')}`)
-        const links = spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(` ${prefix}`))
-        if (links.length) leaks.push(`${n}: links ${links.map((l) => l.split(':')[1].trim()).join(' ')}`)
-        const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4]).filter((m) => m && m.startsWith(`${dataDir}/sandboxes/`))
-        if (mounts.length) leaks.push(`${n}: mounts ${mounts.join(' ')}`)
-        const loops = spawnSync('losetup', ['-n', '-O', 'NAME,BACK-FILE', '-l'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(`${dataDir}/`))
-        if (loops.length) leaks.push(`${n}: loops ${loops.join(' ')}`)
-        const cg = `/sys/fs/cgroup/warren-${prefix}`
-        const cgs = existsSync(cg) ? readdirSync(cg, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name) : []
-        if (cgs.length) leaks.push(`${n}: cgroups ${cgs.join(' ')}`)
-        const procs = sandboxProcs(n).filter((p) => /runsc/.test(p.line) && !/ serve /.test(p.line))
-        if (procs.length) leaks.push(`${n}: processes ${procs.map((p) => `${p.pid}:${p.cmd}`).join(' ')}`)
+        await c.nodes[n].proc.stop()
+        c.nodes[n].proc = undefined
       }
-      results.push({ after: 'end (load stopped, all killed)', invariant: 'no leaked netns, veth, mount, loop, cgroup, process', ok: leaks.length === 0, detail: leaks.join('; ') })
+      leaks = names.flatMap((n) => leaksOf(n, { network: true }))
+      results.push({ after: 'end (nodes stopped)', invariant: 'no leaked netns, veth, mount, loop, cgroup, process', ok: leaks.length === 0, detail: leaks.join('; ') })
     }
 
     // Run: load throughout; a fault every everyS; invariants after each.
