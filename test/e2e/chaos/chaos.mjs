@@ -30,6 +30,8 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
   const pg = startPostgres()
   const table = `warren_chaos_${process.pid}`
   let c
+  let stopLoad = false
+  const loads = []
   const results = [] // { after, invariant, ok, detail }
   const stats = { ops: {}, errors: {}, fivexx: [] }
   const faultLog = [] // { fault, target, start, end }
@@ -43,7 +45,6 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     // What the load was told succeeded (acknowledged), per sandbox.
     const sbx = new Map() // id -> { id, node, state: 'running'|'paused'|'killed'|'lost', files: Map, faulted }
     const volumeFiles = new Map() // path -> content, acknowledged
-    let stopLoad = false
     let seq = 0
     const count = (m, k) => { m[k] = (m[k] || 0) + 1 }
     const note = (op, err) => {
@@ -318,7 +319,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
 
     // Run: load throughout; a fault every everyS; invariants after each.
     const started = now()
-    const loads = Array.from({ length: workers }, (_, w) => loadLoop(w))
+    for (let w = 0; w < workers; w++) loads.push(loadLoop(w))
     let k = 0
     while (now() - started < durationS * 1000) {
       await sleep(Math.max(0, Math.min(everyS * 1000, durationS * 1000 - (now() - started))))
@@ -340,6 +341,10 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     await Volume.destroy(vol.volumeId, optsOf(0)).catch(() => {})
     return { results, stats, faultLog }
   } finally {
+    // The load stops before the cluster does: a create in flight would
+    // otherwise outlive the kill-all of stop().
+    stopLoad = true
+    await Promise.all(loads.splice(0))
     try { execFileSync('nft', ['delete', 'table', 'inet', table], { stdio: 'ignore' }) } catch {}
     await c?.stop().catch((e) => log(`stopping the cluster: ${e.message}`))
     pg.stop()
