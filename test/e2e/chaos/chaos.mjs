@@ -33,7 +33,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
   let stopLoad = false
   const loads = []
   const results = [] // { after, invariant, ok, detail }
-  const stats = { ops: {}, errors: {}, fivexx: [] }
+  const stats = { ops: {}, errors: {}, fivexx: [], timeline: [] }
   const faultLog = [] // { fault, target, start, end }
   try {
     const nodes = Object.fromEntries(Object.entries(nodeNets).map(([n, net16]) => [n, { prefix: `wk${n}`, net16 }]))
@@ -51,6 +51,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       count(stats.ops, op)
       if (!err) return
       const msg = String(err?.message || err).slice(0, 160)
+      stats.timeline.push({ at: now(), op, msg })
       count(stats.errors, `${op}: ${msg.replace(/[0-9a-z]{20}/g, '<id>')}`)
       if (/^5\d\d|: 5\d\d|status 5\d\d/.test(msg)) stats.fivexx.push({ at: now(), op, msg })
     }
@@ -355,6 +356,20 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
 export function report({ results, stats, faultLog }, log = console.log) {
   log('\nFaults:')
   for (const f of faultLog) log(`  ${f.fault.padEnd(14)} ${String(f.target).padEnd(22)} ${((f.end - f.start) / 1000).toFixed(1)} s ${f.detail || ''}`)
+  // What a client saw: the load's errors from each fault's start to 10 s
+  // after its end (the settle and the checks), by kind.
+  log('\nWhat the load saw around each fault (start to end + 10 s):')
+  for (const f of faultLog) {
+    const seen = {}
+    for (const e of stats.timeline) {
+      if (e.at < f.start || e.at > f.end + 10_000) continue
+      const kind = e.msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/127\.0\.0\.1:\d+/g, '<addr>').replace(/\d+ms/g, '<n>ms').slice(0, 110)
+      seen[`${e.op}: ${kind}`] = (seen[`${e.op}: ${kind}`] || 0) + 1
+    }
+    const rows = Object.entries(seen).sort((a, b) => b[1] - a[1])
+    log(`  ${f.fault} (${f.target}): ${rows.length ? '' : 'no errors'}`)
+    for (const [k, n] of rows) log(`    x${n} ${k}`)
+  }
   log('\nInvariants:')
   log(`  ${'after'.padEnd(34)} ${'invariant'.padEnd(52)} result`)
   for (const r of results) log(`  ${r.after.padEnd(34)} ${r.invariant.padEnd(52)} ${r.ok ? 'ok' : 'VIOLATED: ' + r.detail}`)
