@@ -376,6 +376,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // log under the request's ID; the body names only that ID.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r)
+	if store.Unavailable(err) {
+		// PostgreSQL down or restarting: a moment's outage, not a bug;
+		// the client retries (docs/chaos.md measures the window).
+		s.log.WarnContext(r.Context(), "API request failed: the store is unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "the store is unavailable for a moment, please retry (request "+id+")")
+		return
+	}
 	s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, reqid.InternalMessage(id))
 }

@@ -52,7 +52,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       if (!err) return
       const msg = String(err?.message || err).slice(0, 160)
       stats.timeline.push({ at: now(), op, msg })
-      count(stats.errors, `${op}: ${msg.replace(/[0-9a-z]{20}/g, '<id>')}`)
+      count(stats.errors, `${op}: ${msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/request [0-9a-f]{16}/g, 'request <id>')}`)
       if (/^5\d\d|: 5\d\d|status 5\d\d/.test(msg)) stats.fivexx.push({ at: now(), op, msg })
     }
     const live = () => [...sbx.values()].filter((s) => s.state === 'running' && !s.faulted)
@@ -101,6 +101,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       fork: (i) => withFree(live(), async (s) => {
         if (live().length + paused().length >= maxLive) return
         const [child] = await (await Sandbox.connect(s.id, optsOf(i))).fork({ count: 1, timeoutMs: 30 * 60_000 })
+        if (!child?.sandboxId) throw new Error(`fork answered ${JSON.stringify(child)}`)
         sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files) })
       }),
       kill: (i) => withFree([...live(), ...paused()], async (s) => {
@@ -363,11 +364,12 @@ export function report({ results, stats, faultLog }, log = console.log) {
     const seen = {}
     for (const e of stats.timeline) {
       if (e.at < f.start || e.at > f.end + 10_000) continue
-      const kind = e.msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/127\.0\.0\.1:\d+/g, '<addr>').replace(/\d+ms/g, '<n>ms').slice(0, 110)
+      const kind = e.msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/127\.0\.0\.1:\d+/g, '<addr>').replace(/\d+ms/g, '<n>ms').replace(/request [0-9a-f]{16}/g, 'request <id>').slice(0, 110)
       seen[`${e.op}: ${kind}`] = (seen[`${e.op}: ${kind}`] || 0) + 1
     }
     const rows = Object.entries(seen).sort((a, b) => b[1] - a[1])
-    log(`  ${f.fault} (${f.target}): ${rows.length ? '' : 'no errors'}`)
+    const last = stats.timeline.filter((e) => e.at >= f.start && e.at <= f.end + 10_000).map((e) => e.at).pop()
+    log(`  ${f.fault} (${f.target}): ${rows.length ? `errors until ${((last - f.start) / 1000).toFixed(1)} s after its start` : 'no errors'}`)
     for (const [k, n] of rows) log(`    x${n} ${k}`)
   }
   log('\nInvariants:')
