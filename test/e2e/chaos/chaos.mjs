@@ -33,7 +33,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
   let stopLoad = false
   const loads = []
   const results = [] // { after, invariant, ok, detail }
-  const stats = { ops: {}, errors: {}, fivexx: [], timeline: [] }
+  const stats = { ops: {}, errors: {}, fivexx: [], timeline: [], faulted: {} }
   const faultLog = [] // { fault, target, start, end }
   try {
     const nodes = Object.fromEntries(Object.entries(nodeNets).map(([n, net16]) => [n, { prefix: `wk${n}`, net16 }]))
@@ -202,6 +202,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       for (const s of sbx.values()) {
         if (s.state === 'killed') continue
         const r = await api(0, 'GET', `/sandboxes/${s.id}`)
+        if (s.faulted) stats.faulted[s.id] = `${s.faulted}; after ${after}: GET answered ${r.status} ${(r.body.match(/"state":"\w+"/) || [r.body.slice(0, 60)])[0]}`
         if (r.status === 200) continue
         if (r.status === 404 && /"code":404/.test(r.body)) { if (!s.faulted) s.faulted = 'answered 404'; continue }
         bad.push(`${s.id}: ${r.status} ${r.body.slice(0, 80)}`)
@@ -372,6 +373,8 @@ export function report({ results, stats, faultLog }, log = console.log) {
     log(`  ${f.fault} (${f.target}): ${rows.length ? `errors until ${((last - f.start) / 1000).toFixed(1)} s after its start` : 'no errors'}`)
     for (const [k, n] of rows) log(`    x${n} ${k}`)
   }
+  log('\nSandboxes a fault took (their last answer):')
+  for (const [id, what] of Object.entries(stats.faulted)) log(`  ${id}: ${what}`)
   log('\nInvariants:')
   log(`  ${'after'.padEnd(34)} ${'invariant'.padEnd(52)} result`)
   for (const r of results) log(`  ${r.after.padEnd(34)} ${r.invariant.padEnd(52)} ${r.ok ? 'ok' : 'VIOLATED: ' + r.detail}`)
