@@ -8,7 +8,7 @@ import { report, runChaos } from '../chaos/chaos.mjs'
 
 test('chaos: PostgreSQL killed under load: no invariant violated, nothing leaked', async () => {
   const lines = []
-  const out = await runChaos({ durationS: 12, everyS: 6, schedule: ['kill-postgres'], workers: 2, maxLive: 4, log: (l) => lines.push(l) })
+  const out = await runChaos({ durationS: 10, everyS: 5, schedule: ['kill-postgres'], workers: 2, maxLive: 4, log: (l) => lines.push(l) })
   const violations = report(out, (l) => lines.push(l))
   if (violations) console.error(lines.join('\n'))
   expect(out.results.length).toBeGreaterThan(5)
