@@ -265,6 +265,11 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       const storedSet = new Set(stored.map(([id, node]) => `${id} ${node}`))
       for (const [id, at] of where) for (const x of at) if (!storedSet.has(`${id} ${x.split(':')[0]}`)) bad.push(`${id}: runs on ${x}, not in the store there`)
       row('store and nodes agree', bad.length === 0, bad.join('; '))
+      // A sandbox whose runtime the run killed: Warren has no reconciler
+      // that notices (docs/chaos.md, known gaps). Shown on every check,
+      // not counted, so that the gap stays in sight until it is closed.
+      const dead = stored.filter(([id, node]) => sbx.get(id)?.faulted && !(where.get(id) || []).some((x) => x.startsWith(node + ':')))
+      if (dead.length) results.push({ after, invariant: 'runtime deaths noticed (known gap, not counted)', ok: true, gap: true, detail: dead.map(([id, node]) => `${id}: store says running on ${node}, no process`).join('; ') })
       if (!final) return
       // 5. Every paused sandbox resumes.
       bad = []
@@ -377,7 +382,7 @@ export function report({ results, stats, faultLog }, log = console.log) {
   for (const [id, what] of Object.entries(stats.faulted)) log(`  ${id}: ${what}`)
   log('\nInvariants:')
   log(`  ${'after'.padEnd(34)} ${'invariant'.padEnd(52)} result`)
-  for (const r of results) log(`  ${r.after.padEnd(34)} ${r.invariant.padEnd(52)} ${r.ok ? 'ok' : 'VIOLATED: ' + r.detail}`)
+  for (const r of results) log(`  ${r.after.padEnd(34)} ${r.invariant.padEnd(52)} ${r.gap ? 'GAP: ' + r.detail : r.ok ? 'ok' : 'VIOLATED: ' + r.detail}`)
   log('\nLoad (operations, errors):')
   for (const [op, n] of Object.entries(stats.ops)) log(`  ${op.padEnd(10)} ${n}`)
   for (const [e, n] of Object.entries(stats.errors).sort((a, b) => b[1] - a[1])) log(`  error x${n}: ${e}`)
