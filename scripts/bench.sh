@@ -92,3 +92,7 @@ go test -run '^$' -bench 'CreateToHealthy|PauseResume|CheckpointRestore' -bencht
 echo
 echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1, real warren serve, runsc, pool 2)"
 (cd test/e2e && node bench/codeinterp.mjs)
+
+echo
+echo "## the web dashboard in headless Chromium: first load, the list of 1,000 sandboxes, server CPU of 10 open dashboards (real warren serve)"
+(cd test/e2e && node bench/dashboard.mjs)
