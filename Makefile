@@ -8,7 +8,7 @@ OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.4.1
 KUBECONFORM := github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
 KUSTOMIZE := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
 
-.PHONY: all build generate check test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench run clean vet
+.PHONY: all build generate check test test-go test-e2e test-fuzz test-deploy fuzz deps setup bench bench-scale chaos run clean vet
 
 all: build
 
@@ -82,6 +82,24 @@ test-e2e: build
 
 bench: deps build setup
 	scripts/bench.sh
+
+# The control plane at 100 simulated nodes, 10,000 running and 50,000
+# paused sandbox records (test/scale, docs/scale.md): about 10 minutes.
+# SCALE_NODES, SCALE_RUNNING, SCALE_PAUSED, SCALE_CREATES resize it.
+bench-scale: deps
+	$(GO) test -run '^$$' -bench ControlPlane -benchtime 1x -timeout 40m ./test/scale/
+
+# The chaos run (test/e2e/chaos, docs/chaos.md): a cluster on this machine
+# under the SDK's mixed load, a fault every CHAOS_EVERY seconds for
+# CHAOS_DURATION seconds, the invariants checked after each. make test
+# runs a short one (test/e2e/platform/chaos.test.mjs).
+CHAOS_DURATION ?= 600
+CHAOS_EVERY ?= 30
+CHAOS_FAULTS ?= kill-node,cut-link,kill-api,kill-runsc,kill-postgres
+chaos: deps build setup
+	scripts/sweep-test-leftovers.sh
+	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && \
+	  node chaos/chaos.mjs --duration $(CHAOS_DURATION) --every $(CHAOS_EVERY) --faults $(CHAOS_FAULTS)
 
 # Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002 and,
 # with TLS, :443) and prints the exports the E2B SDK needs. Ctrl-C stops

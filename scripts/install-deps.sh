@@ -24,8 +24,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Tools the tests call: bash for the SDK's `bash -l -c`, coreutils' sha256sum
-# and stat, procps, iproute2 for namespace checks.
-apt_install bash coreutils procps iproute2 ca-certificates
+# and stat, procps, iproute2 for namespace checks, nftables' nft for the
+# chaos run's link cuts (test/e2e/chaos).
+apt_install bash coreutils procps iproute2 ca-certificates nftables
 
 # OCI runtimes: runc from Debian (runsc is built by the runtime tests and by
 # `warren setup`), and busybox for the runtime tests' minimal root filesystem.

@@ -72,3 +72,5 @@ var (
 	_ Templates = (*template.Builder)(nil)
 	_ Volumes   = (*volume.Manager)(nil)
 )
+
+var _ Counter = (*sandbox.Manager)(nil)

@@ -8,6 +8,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // E2B's error_code values (its Error schema: an open set of
@@ -50,6 +51,8 @@ func startCode(r *http.Request, err error) (status int, code string, ok bool) {
 		return http.StatusGatewayTimeout, CodePlacementTimeout, true
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return 0, "", false
+	case store.Unavailable(err):
+		return 0, "", false // 503 (Server.internal), to be retried
 	}
 	if status, _ := statusOf(err); status != http.StatusInternalServerError ||
 		errors.Is(err, sandbox.ErrVolumeNotFound) {

@@ -141,6 +141,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, sandbox.ErrNoCapacity):
 		return http.StatusServiceUnavailable, err.Error()
+	case store.Unavailable(err):
+		return http.StatusServiceUnavailable, "the store is unavailable for a moment, please retry"
 	}
 	return http.StatusInternalServerError, ""
 }

@@ -186,6 +186,9 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 }
 
 // List returns a team's sandboxes matching f, but those on lost nodes.
+// They are left out by the store's query, not after it, so that a page
+// holds f.Limit sandboxes when there are that many: a page cut short by
+// a lost node's sandboxes read as the last one, and ended the listing.
 func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
 	if teamID == "" {
 		return nil, nil
@@ -194,17 +197,52 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
-	recs, err := d.cfg.Store.ListSandboxes(ctx, f)
+	live, err := d.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := recs[:0]
-	for _, r := range recs {
-		if _, err := d.liveNode(ctx, r.Node, r.ID); err == nil {
-			out = append(out, r)
+	f.OnNodes = live
+	return d.cfg.Store.ListSandboxes(ctx, f)
+}
+
+// liveNodes names the nodes whose sandboxes are reachable: heard from
+// within LostAfter, with an address (liveNode); never nil.
+func (d *Dispatcher) liveNodes(ctx context.Context) ([]string, error) {
+	ns, err := d.nodeList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := []string{}
+	for _, n := range ns {
+		if _, err := d.liveNode(ctx, n.Name, ""); err == nil {
+			live = append(live, n.Name)
 		}
 	}
-	return out, nil
+	return live, nil
+}
+
+// CountSandboxes is how many of a team's sandboxes List would return for f (its
+// Limit and After aside): counted by node in the store, those on lost
+// nodes left out.
+func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
+	if teamID == "" {
+		return 0, nil
+	}
+	f.Teams = store.ForTeam(teamID)
+	if len(f.States) == 0 {
+		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
+	}
+	live, err := d.liveNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	f.OnNodes = live
+	byNode, err := d.cfg.Store.CountSandboxes(ctx, f)
+	total := 0
+	for _, n := range byNode {
+		total += n
+	}
+	return total, err
 }
 
 // on finds a team's sandbox and the client of its node.

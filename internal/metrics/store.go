@@ -97,6 +97,10 @@ func (ts *timedStore) DeleteSandbox(ctx context.Context, id string) error {
 	return timed0(ts, "DeleteSandbox", func() error { return ts.Store.DeleteSandbox(ctx, id) })
 }
 
+func (ts *timedStore) CountSandboxes(ctx context.Context, f store.SandboxFilter) (map[string]int, error) {
+	return timed(ts, "CountSandboxes", func() (map[string]int, error) { return ts.Store.CountSandboxes(ctx, f) })
+}
+
 func (ts *timedStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, error) {
 	return timed(ts, "ListSandboxes", func() ([]store.Sandbox, error) { return ts.Store.ListSandboxes(ctx, f) })
 }

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // kindHeader names the sandbox manager's error kind in an error's
@@ -70,10 +71,20 @@ func toConnect(err error) error {
 			return ce
 		}
 	}
+	if store.Unavailable(err) {
+		// The node's store is down or restarting: the api answers 503.
+		ce := connect.NewError(connect.CodeUnavailable, errors.New(err.Error()))
+		ce.Meta().Set(kindHeader, storeUnavailableKind)
+		return ce
+	}
 	ce := connect.NewError(connect.CodeInternal, errors.New(err.Error()))
 	ce.Meta().Set(kindHeader, internalKind)
 	return ce
 }
+
+// storeUnavailableKind: store.Unavailable on the node (store.ErrUnavailable
+// on the api).
+const storeUnavailableKind = "store_unavailable"
 
 // internalKind marks the node's own errors of no known kind: an error
 // without a kind did not come from the node's service at all.
@@ -99,6 +110,9 @@ func fromKind(kind, msg string) error {
 		if k.name == kind {
 			return &RemoteError{Kind: k.err, Msg: msg}
 		}
+	}
+	if kind == storeUnavailableKind {
+		return &RemoteError{Kind: store.ErrUnavailable, Msg: msg}
 	}
 	return &RemoteError{Msg: msg}
 }

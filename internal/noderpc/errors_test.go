@@ -10,8 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // A node's own errors come back as the manager's (an unknown one as a
@@ -82,5 +85,18 @@ func TestClientDiskFull(t *testing.T) {
 	err := cl.Kill(context.Background(), "t1", "sbx1")
 	if !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "10 MB free") {
 		t.Errorf("a node's full disk: %v", err)
+	}
+}
+
+// A node whose store is down or restarting answers a kind the api turns
+// back into store.ErrUnavailable (a 503, retried), not a 500.
+func TestClientStoreUnavailable(t *testing.T) {
+	auth, _ := cluster.NewAuth([]byte(strings.Repeat("e", 32)))
+	down := fmt.Errorf("store: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"})
+	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: down}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")))
+	defer srv.Close()
+	err := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth)).Kill(context.Background(), "t1", "sbx1")
+	if !errors.Is(err, store.ErrUnavailable) || !store.Unavailable(err) {
+		t.Errorf("a node's store outage: %v", err)
 	}
 }

@@ -44,7 +44,18 @@ func (r *Root) CheckpointDir() string { return filepath.Join(r.dir, "checkpoint"
 // (see Remount). Unlike Unmount it never detaches lazily: a mount still
 // in use is an error, since its data would reach the disk image after a
 // remount had already opened it. The container must be gone.
+//
+// The disk's file system is synced first: a process of any server on the
+// host that made its own mount namespace a moment ago (runsc's sandbox and
+// gofer do, before they pivot into their own root) holds a copy of this
+// mount, which the unmount here does not reach, and the file system lives
+// on in it, unsynced, until that process lets go. Remount waits for that.
 func (r *Root) Detach() error {
+	if disk := filepath.Join(r.dir, "disk"); isMountedDisk(disk) {
+		if err := syncDir(disk); err != nil {
+			return err
+		}
+	}
 	for _, m := range []string{r.merged, filepath.Join(r.dir, "disk")} {
 		if err := unmountNow(m); err != nil {
 			return err
@@ -138,6 +149,9 @@ func (m *Manager) Remount(ctx context.Context, id string, layers []string) (_ *R
 	writable := dir
 	if img := filepath.Join(dir, DiskImageName); exists(img) {
 		writable = filepath.Join(dir, "disk")
+		if err := m.waitDiskReleased(ctx, id, img); err != nil {
+			return nil, err
+		}
 		if err := mountImage(img, writable); err != nil {
 			return nil, err
 		}
@@ -223,4 +237,60 @@ func checkMount(id string, layers []string) error {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// defaultDiskReleaseWait bounds Remount's wait for a kept disk's previous
+// file system (waitDiskReleased). A runtime process holds a copy of the
+// host's mounts for milliseconds, seconds on a loaded host.
+const defaultDiskReleaseWait = 10 * time.Second
+
+// waitDiskReleased waits until no loop device is backed by img: until the
+// file system the sandbox had on it before Detach is gone everywhere.
+// Unmounted here, it may live on in another process's mount namespace (see
+// Detach), its loop device attached until then. Mounting the image again
+// meanwhile, through a second loop device, would read a disk the first
+// file system has not finished writing (the overlay's upper dir missing
+// from it, say) and leave two file systems writing one image.
+func (m *Manager) waitDiskReleased(ctx context.Context, id, img string) error {
+	wait := m.diskReleaseWait
+	if wait <= 0 {
+		wait = defaultDiskReleaseWait
+	}
+	deadline := time.Now().Add(wait)
+	for interval := time.Millisecond; ; interval = min(2*interval, 50*time.Millisecond) {
+		devs := loopsBacking(img)
+		if len(devs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("rootfs: the disk of %s is still mounted in another mount namespace (%s attached) %v after it was unmounted here; try again", id, strings.Join(devs, ", "), wait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rootfs: waiting for the disk of %s to be released: %w", id, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// loopsBacking lists the loop devices backed by the file img.
+func loopsBacking(img string) []string {
+	var out []string
+	for dev, backing := range loopDevices() {
+		if backing == img {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// isMountedDisk tells whether dir is a sandbox disk's mount point (an
+// ext4 file system on a loop device), the only kind Detach syncs.
+func isMountedDisk(dir string) bool {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return isLoopExt4Root(fd, dir)
 }

@@ -67,12 +67,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 )
 
 // Manager mounts and removes the root filesystems of the sandboxes of one
 // data directory.
 type Manager struct {
 	dir string
+	// diskReleaseWait bounds how long Remount waits for a kept disk's
+	// previous file system to go (diskReleased).
+	diskReleaseWait time.Duration
 }
 
 // idPattern is what a sandbox ID must look like to name a directory here.

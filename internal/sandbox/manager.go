@@ -704,6 +704,24 @@ func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter
 	return m.cfg.Store.ListSandboxes(ctx, f)
 }
 
+// CountSandboxes is how many of a team's sandboxes List would return for f (its
+// Limit and After aside), counted in the store; 0 for an empty team.
+func (m *Manager) CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
+	if teamID == "" {
+		return 0, nil
+	}
+	f.Teams = store.ForTeam(teamID)
+	if len(f.States) == 0 {
+		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
+	}
+	byNode, err := m.cfg.Store.CountSandboxes(ctx, f)
+	total := 0
+	for _, n := range byNode {
+		total += n
+	}
+	return total, err
+}
+
 // lookup finds a live sandbox in scope: a team's (store.ForTeam, where an
 // empty team matches none), or, for the manager's own work (the
 // reaper), store.AllTeams().

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -470,12 +472,13 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
-	var where []string
-	var args []any
+// sandboxWhere is the WHERE terms and arguments of filter f (its
+// position After too when paged); none when it matches nothing (an empty
+// team).
+func (s *SQL) sandboxWhere(f SandboxFilter, paged bool) (where []string, args []any, none bool, err error) {
 	switch {
 	case f.Teams.None():
-		return nil, nil // no team matches nothing
+		return nil, nil, true, nil // no team matches nothing
 	case !f.Teams.All():
 		where = append(where, "team_id = ?")
 		args = append(args, f.Teams.Team())
@@ -495,17 +498,45 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 		where = append(where, "node = ?")
 		args = append(args, f.Node)
 	}
+	// Metadata is JSON text; each pair is matched in SQL, so that a page's
+	// LIMIT applies in the query rather than after reading every sandbox
+	// of the team (test/scale).
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		if s.d == postgresDialect {
+			where = append(where, "(metadata::jsonb ->> ?) = ?")
+		} else {
+			where = append(where, "EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) AS m WHERE m.key = ? AND m.type = 'text' AND m.value = ?)")
+		}
+		args = append(args, k, f.Metadata[k])
+	}
+	if f.OnNodes != nil {
+		if len(f.OnNodes) == 0 {
+			return nil, nil, true, nil
+		}
+		where = append(where, "node IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.OnNodes)), ", ")+")")
+		for _, n := range f.OnNodes {
+			args = append(args, n)
+		}
+	}
 	if !f.StartedAfter.IsZero() {
 		where = append(where, "started_at >= ?")
 		args = append(args, ms(f.StartedAfter))
 	}
-	if f.After != nil {
+	if paged && f.After != nil {
 		op := ">"
 		if f.Desc {
 			op = "<"
 		}
 		where = append(where, "(started_at "+op+" ? OR (started_at = ? AND id "+op+" ?))")
 		args = append(args, ms(f.After.StartedAt), ms(f.After.StartedAt), f.After.ID)
+	}
+	return where, args, false, nil
+}
+
+func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
+	where, args, none, err := s.sandboxWhere(f, true)
+	if none || err != nil {
+		return nil, err
 	}
 	query := "SELECT " + sandboxColumns + " FROM sandboxes"
 	if len(where) > 0 {
@@ -516,9 +547,7 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 	} else {
 		query += " ORDER BY started_at, id"
 	}
-	// Metadata is JSON text: it is matched here, so the SQL limit applies
-	// only when there is no metadata filter.
-	if f.Limit > 0 && len(f.Metadata) == 0 {
+	if f.Limit > 0 {
 		query += " LIMIT " + strconv.Itoa(f.Limit)
 	}
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
@@ -539,6 +568,34 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 		if f.Limit > 0 && len(out) == f.Limit {
 			break
 		}
+	}
+	return out, rows.Err()
+}
+
+// CountSandboxes counts in SQL, by node: an index of team, state and node
+// answers it without a metadata filter (migration 0025).
+func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error) {
+	where, args, none, err := s.sandboxWhere(f, false)
+	if none || err != nil {
+		return map[string]int{}, err
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	out := map[string]int{}
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT node, COUNT(*) FROM sandboxes"+cond+" GROUP BY node"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
+			return nil, err
+		}
+		out[node] = n
 	}
 	return out, rows.Err()
 }

@@ -197,6 +197,10 @@ type SandboxFilter struct {
 	TemplateID string
 	// Node, if set, keeps only sandboxes placed on that node.
 	Node string
+	// OnNodes, if not nil, keeps only sandboxes placed on one of these
+	// nodes (none if it is empty): the api leaves out lost nodes' here,
+	// so that a page holds Limit sandboxes.
+	OnNodes []string
 	// StartedAfter, if set, keeps only sandboxes started at or after it.
 	StartedAfter time.Time
 	// After continues a listing: sandboxes ordered after this cursor.
@@ -241,6 +245,10 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, id string, update func(*Sandbox) error) (Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// CountSandboxes counts the sandboxes f matches, by node, without
+	// reading them (f's Limit and After do not apply). An empty team
+	// matches nothing, as in ListSandboxes.
+	CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error)
 	// ExpiredSandboxes lists running or paused sandboxes whose EndAt has passed.
 	ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error)
 

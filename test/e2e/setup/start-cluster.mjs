@@ -11,19 +11,22 @@ import os from 'node:os'
 import path from 'node:path'
 import { freePort, newDataDir, spawnWarren, unmountBelow, warrenBinary } from './start-warren.mjs'
 
-export const psql = (sql, dbname = 'postgres') =>
-  execFileSync('psql', ['-h', '/var/run/postgresql', '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
+export const psql = (sql, dbname = 'postgres', host = '/var/run/postgresql', user = 'root') =>
+  execFileSync('psql', ['-h', host, '-U', user, '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
 // nodes: { name: { prefix, net16 } }; apis: how many api processes;
-// nodeArgs: more flags for every node.
-export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [] }) {
+// nodeArgs: more flags for every node; pg: a PostgreSQL server of the
+// caller's own ({ host, user }: its socket dir and role), default the
+// shared one.
+export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], pg = { host: '/var/run/postgresql', user: 'root' } }) {
+  const sql = (q, dbname = 'postgres') => psql(q, dbname, pg.host, pg.user)
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
   const db = `warren_e2e_cluster_${process.pid}_${randomBytes(3).toString('hex')}`
-  const storeURL = `postgres:///${db}?host=/var/run/postgresql&user=root&sslmode=disable`
+  const storeURL = `postgres:///${db}?host=${pg.host}&user=${pg.user}&sslmode=disable`
   const env = { ...process.env, WARREN_CLUSTER_SECRET: secret, WARREN_API_KEY: apiKey }
   delete env.WARREN_ACCESS_TOKEN
-  psql(`CREATE DATABASE ${db}`)
+  sql(`CREATE DATABASE ${db}`)
   const volumeRoot = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-volumes-'))
   const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text']
 
@@ -70,7 +73,9 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
     // nodeRow is a node's line of `warren nodes` as [NAME, STATE, SANDBOXES, ...].
     nodeRow: (name) => c.nodesTable().trim().split('\n').slice(1).map((l) => l.split(/\s+/)).find((f) => f[0] === name),
     // nodeOf is the node the store places sandbox id on.
-    nodeOf: (id) => psql(`SELECT node FROM sandboxes WHERE id = '${id.replace(/[^a-z0-9]/g, '')}'`, db),
+    nodeOf: (id) => sql(`SELECT node FROM sandboxes WHERE id = '${id.replace(/[^a-z0-9]/g, '')}'`, db),
+    // sql runs a query on the cluster's database.
+    sql: (q) => sql(q, db),
     // stop kills every sandbox (a node that was killed comes back first,
     // to adopt its sandboxes), stops every process, and removes the
     // data dirs and the database.
@@ -95,7 +100,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
       for (const a of c.apis) if (a.dataDir) rmSync(a.dataDir, { recursive: true, force: true })
       unmountBelow(volumeRoot)
       rmSync(volumeRoot, { recursive: true, force: true })
-      psql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
+      sql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
     },
   }
   try {

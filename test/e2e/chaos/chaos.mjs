@@ -1,0 +1,403 @@
+// The chaos run (make chaos; a short one in make test through
+// platform/chaos.test.mjs): a cluster on this machine (a PostgreSQL of
+// its own, two api processes, two nodes) under a steady, bounded mixed
+// load through the official SDK (creates, commands, file writes,
+// pause/resume, forks, volume writes) while a fault schedule runs: kill -9
+// and restart of a node, of an api, of PostgreSQL (pg_ctl stop -m
+// immediate); the api↔node link cut and healed (an nftables drop on the
+// node's internal port, in a table of the run's own); a runsc sandbox
+// process killed from the host. After each fault, and at the end, the
+// invariants are checked and printed as a table (docs/chaos.md).
+//
+// Usage: node chaos/chaos.mjs [--duration SECONDS] [--every SECONDS]
+// (default 120 s, a fault every 20 s). It exits 1 on any violation.
+import { execFileSync, spawnSync } from 'node:child_process'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
+import { Sandbox, Volume } from 'e2b'
+import { startCluster } from '../setup/start-cluster.mjs'
+import { startPostgres } from './postgres.mjs'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const now = () => Date.now()
+
+// The fault schedule, in order, round and round.
+export const faults = ['kill-node', 'cut-link', 'kill-api', 'kill-runsc', 'kill-postgres']
+
+// runChaos runs the load and the faults for durationS seconds, a fault
+// every everyS seconds, and returns the invariants' rows and the load's
+// counts. log prints progress.
+export async function runChaos({ durationS = 120, everyS = 20, schedule = faults, workers = 3, maxLive = 6, log = console.log, nodeNets = { ka: 164, kb: 165 } } = {}) {
+  const pg = startPostgres()
+  const table = `warren_chaos_${process.pid}`
+  let c
+  let stopLoad = false
+  const loads = []
+  const results = [] // { after, invariant, ok, detail }
+  const stats = { ops: {}, errors: {}, fivexx: [], timeline: [], faulted: {} }
+  const faultLog = [] // { fault, target, start, end }
+  try {
+    const nodes = Object.fromEntries(Object.entries(nodeNets).map(([n, net16]) => [n, { prefix: `wk${n}`, net16 }]))
+    c = await startCluster({ nodes, apis: 2, poolSize: 0, pg: { host: pg.host, user: 'postgres' } })
+    const names = Object.keys(c.nodes)
+    const optsOf = (i) => ({ ...c.apis[i % c.apis.length].opts, requestTimeoutMs: 30_000 })
+    const vol = await Volume.create(`chaos-${process.pid}`, optsOf(0))
+
+    // What the load was told succeeded (acknowledged), per sandbox.
+    const sbx = new Map() // id -> { id, node, state: 'running'|'paused'|'killed'|'lost', files: Map, faulted }
+    const volumeFiles = new Map() // path -> content, acknowledged
+    let seq = 0
+    const count = (m, k) => { m[k] = (m[k] || 0) + 1 }
+    const note = (op, err) => {
+      count(stats.ops, op)
+      if (!err) return
+      const msg = String(err?.message || err).slice(0, 160)
+      stats.timeline.push({ at: now(), op, msg })
+      count(stats.errors, `${op}: ${msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/request [0-9a-f]{16}/g, 'request <id>')}`)
+      if (/^5\d\d|: 5\d\d|status 5\d\d/.test(msg)) stats.fivexx.push({ at: now(), op, msg })
+    }
+    const live = () => [...sbx.values()].filter((s) => s.state === 'running' && !s.faulted)
+    const paused = () => [...sbx.values()].filter((s) => s.state === 'paused' && !s.faulted)
+    const pick = (xs) => xs[Math.floor(Math.random() * xs.length)]
+    // One operation at a time on a sandbox: what was acknowledged before
+    // a pause or a fork is then exactly what it must keep.
+    const withFree = async (xs, f) => {
+      const s = pick(xs.filter((x) => !x.busy))
+      if (!s) return
+      s.busy = true
+      try { return await f(s) } finally { s.busy = false }
+    }
+
+    const ops = {
+      async create(i) {
+        if (live().length + paused().length >= maxLive) return ops.kill(i)
+        const s = await Sandbox.create({ ...optsOf(i), timeoutMs: 30 * 60_000, volumeMounts: { '/data': vol } })
+        sbx.set(s.sandboxId, { id: s.sandboxId, node: c.nodeOf(s.sandboxId), state: 'running', files: new Map(), handle: s })
+      },
+      command: (i) => withFree(live(), async (s) => {
+        const r = await (await Sandbox.connect(s.id, optsOf(i))).commands.run('echo ok')
+        if (r.stdout !== 'ok\n') throw new Error(`command answered ${JSON.stringify(r.stdout)}`)
+      }),
+      file: (i) => withFree(live(), async (s) => {
+        const path = `/home/user/f${++seq}`
+        const body = `${s.id} ${seq} ${now()}`
+        await (await Sandbox.connect(s.id, optsOf(i))).files.write(path, body)
+        s.files.set(path, body)
+      }),
+      volume: (i) => withFree(live(), async (s) => {
+        const path = `/data/v${++seq}`
+        const body = `${s.id} ${seq}`
+        // sync: the write is acknowledged once it is on the volume's disk.
+        await (await Sandbox.connect(s.id, optsOf(i))).commands.run(`printf %s '${body}' > ${path} && sync ${path}`)
+        volumeFiles.set(path, body)
+      }),
+      pause: (i) => withFree(live(), async (s) => {
+        await Sandbox.pause(s.id, optsOf(i))
+        s.state = 'paused'
+      }),
+      resume: (i) => withFree(paused(), async (s) => {
+        await Sandbox.connect(s.id, { ...optsOf(i), timeoutMs: 30 * 60_000 })
+        s.state = 'running'
+      }),
+      fork: (i) => withFree(live(), async (s) => {
+        if (live().length + paused().length >= maxLive) return
+        const [child] = await (await Sandbox.connect(s.id, optsOf(i))).fork({ count: 1, timeoutMs: 30 * 60_000 })
+        if (!child?.sandboxId) throw new Error(`fork answered ${JSON.stringify(child)}`)
+        sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files) })
+      }),
+      kill: (i) => withFree([...live(), ...paused()], async (s) => {
+        await Sandbox.kill(s.id, optsOf(i))
+        s.state = 'killed'
+      }),
+    }
+    const mix = ['create', 'create', 'command', 'command', 'file', 'file', 'volume', 'pause', 'resume', 'fork', 'kill']
+    const loadLoop = async (w) => {
+      for (let i = w; !stopLoad; i += workers) {
+        const op = pick(mix)
+        try {
+          await ops[op](i)
+          note(op)
+        } catch (e) {
+          note(op, e)
+        }
+        await sleep(100)
+      }
+    }
+
+    // Faults.
+    const nftTable = table
+    const nft = (...args) => execFileSync('nft', args, { encoding: 'utf8' })
+    const sandboxProcs = (node, id) => {
+      const runDir = `/run/warren-${c.nodes[node].prefix}`
+      const out = []
+      for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+        let cmd
+        try { cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0') } catch { continue }
+        const line = cmd.join(' ')
+        if (line.includes(runDir) && (id === undefined || line.includes(id))) out.push({ pid: Number(pid), cmd: cmd[0], line })
+      }
+      return out
+    }
+    const doFault = async (fault) => {
+      const node = pick(names)
+      const entry = { fault, target: node, start: now() }
+      faultLog.push(entry)
+      log(`fault: ${fault}`)
+      switch (fault) {
+        case 'kill-node': {
+          c.nodes[node].proc.proc.kill('SIGKILL')
+          await sleep(3000)
+          await c.startNode(node)
+          break
+        }
+        case 'kill-api': {
+          const i = Math.floor(Math.random() * c.apis.length)
+          entry.target = `api${i}`
+          c.apis[i].proc.proc.kill('SIGKILL')
+          await sleep(1000)
+          await c.startAPI(i)
+          break
+        }
+        case 'kill-postgres': {
+          entry.target = 'postgres'
+          pg.crash()
+          await sleep(3000)
+          pg.start()
+          break
+        }
+        case 'cut-link': {
+          const port = c.nodes[node].port
+          nft('add', 'table', 'inet', nftTable)
+          nft('add', 'chain', 'inet', nftTable, 'cut', '{ type filter hook input priority 0 ; policy accept ; }')
+          nft('add', 'rule', 'inet', nftTable, 'cut', 'tcp', 'dport', String(port), 'drop')
+          await sleep(8000)
+          nft('delete', 'table', 'inet', nftTable)
+          break
+        }
+        case 'kill-runsc': {
+          const victims = live().filter((s) => s.node === node && !s.busy)
+          const s = pick(victims.length ? victims : live())
+          if (!s) { entry.target = 'none'; break }
+          entry.target = s.id
+          // The sandbox's own process (runsc-sandbox / boot), not the gofer.
+          const procs = sandboxProcs(s.node, s.id).filter((p) => p.cmd === 'runsc-sandbox')
+          for (const p of procs) { try { process.kill(p.pid, 'SIGKILL') } catch {} }
+          s.faulted = 'its runsc sandbox process was killed from the host'
+          entry.detail = `${procs.length} processes`
+          break
+        }
+      }
+      entry.end = now()
+    }
+
+    // Invariants.
+    const api = async (i, method, path) => {
+      const a = c.apis[i % c.apis.length].opts
+      const res = await fetch(`${a.apiUrl}${path}`, { method, headers: { 'X-API-Key': a.apiKey }, signal: AbortSignal.timeout(30_000) })
+      return { status: res.status, body: await res.text() }
+    }
+    const check = async (after, { final = false } = {}) => {
+      const row = (invariant, ok, detail = '') => results.push({ after, invariant, ok, detail })
+      // 1. Every acknowledged create answers, or is a clear 404.
+      let bad = []
+      for (const s of sbx.values()) {
+        if (s.state === 'killed') continue
+        const r = await api(0, 'GET', `/sandboxes/${s.id}`)
+        if (s.faulted) stats.faulted[s.id] = `${s.faulted}; after ${after}: GET answered ${r.status} ${(r.body.match(/"state":"\w+"/) || [r.body.slice(0, 60)])[0]}`
+        if (r.status === 200) continue
+        if (r.status === 404 && /"code":404/.test(r.body)) { if (!s.faulted) s.faulted = 'answered 404'; continue }
+        bad.push(`${s.id}: ${r.status} ${r.body.slice(0, 80)}`)
+      }
+      row('acknowledged creates answer (or a clear 404)', bad.length === 0, bad.join('; '))
+      // 2. No acknowledged file or pause is lost.
+      bad = []
+      for (const s of sbx.values()) {
+        if (s.state !== 'running' || s.faulted) continue
+        try {
+          const h = await Sandbox.connect(s.id, optsOf(0))
+          for (const [p, body] of s.files) {
+            const got = await h.files.read(p)
+            if (got !== body) bad.push(`${s.id}${p}: ${JSON.stringify(got).slice(0, 40)}`)
+          }
+        } catch (e) { bad.push(`${s.id}: ${String(e.message).slice(0, 100)}`) }
+      }
+      for (const s of sbx.values()) {
+        if (s.state !== 'paused' || s.faulted) continue
+        const r = await api(1, 'GET', `/sandboxes/${s.id}`)
+        if (r.status !== 200 || !/"state":"paused"/.test(r.body)) bad.push(`${s.id} paused, answered ${r.status} ${r.body.slice(0, 60)}`)
+      }
+      row('no acknowledged file or pause lost', bad.length === 0, bad.join('; '))
+      // Volume writes survive (read through a running sandbox on either node).
+      bad = []
+      const reader = live()[0]
+      if (reader) {
+        try {
+          const h = await Sandbox.connect(reader.id, optsOf(1))
+          for (const [p, body] of volumeFiles) {
+            const r = await h.commands.run(`cat ${p}`).catch((e) => ({ stdout: `error ${e.message}` }))
+            if (r.stdout !== body) bad.push(`${p}: ${JSON.stringify(r.stdout).slice(0, 60)}`)
+          }
+        } catch (e) { bad.push(`reader ${reader.id}: ${String(e.message).slice(0, 100)}`) }
+      }
+      row('no acknowledged volume write lost', bad.length === 0, bad.join('; '))
+      // 3. No sandbox runs twice: on one node only, and one sandbox process each.
+      bad = []
+      const where = new Map()
+      for (const n of names) {
+        for (const p of sandboxProcs(n)) {
+          if (!/runsc-sandbox/.test(p.cmd)) continue
+          const id = (p.line.match(/\b[a-z0-9]{20}\b/g) || []).find((x) => sbx.has(x))
+          if (!id) continue
+          where.set(id, [...(where.get(id) || []), `${n}:${p.pid}`])
+        }
+      }
+      for (const [id, at] of where) if (at.length > 1) bad.push(`${id} on ${at.join(', ')}`)
+      row('no sandbox running twice', bad.length === 0, bad.join('; '))
+      // 4. Store and nodes agree: what the store says runs on a node has
+      // its sandbox process there, and no process runs for a sandbox the
+      // store does not place there.
+      bad = []
+      const stored = c.sql(`SELECT id || ' ' || node FROM sandboxes WHERE state = 'running'`).split('\n').filter(Boolean).map((l) => l.split(' '))
+      for (const [id, node] of stored) {
+        if (sbx.get(id)?.faulted) continue
+        const at = where.get(id) || []
+        if (!at.some((x) => x.startsWith(node + ':'))) bad.push(`${id}: store says running on ${node}, no process there`)
+      }
+      const storedSet = new Set(stored.map(([id, node]) => `${id} ${node}`))
+      for (const [id, at] of where) for (const x of at) if (!storedSet.has(`${id} ${x.split(':')[0]}`)) bad.push(`${id}: runs on ${x}, not in the store there`)
+      row('store and nodes agree', bad.length === 0, bad.join('; '))
+      // A sandbox whose runtime the run killed: Warren has no reconciler
+      // that notices (docs/chaos.md, known gaps). Shown on every check,
+      // not counted, so that the gap stays in sight until it is closed.
+      const dead = stored.filter(([id, node]) => sbx.get(id)?.faulted && !(where.get(id) || []).some((x) => x.startsWith(node + ':')))
+      if (dead.length) results.push({ after, invariant: 'runtime deaths noticed (known gap, not counted)', ok: true, gap: true, detail: dead.map(([id, node]) => `${id}: store says running on ${node}, no process`).join('; ') })
+      if (!final) return
+      // 5. Every paused sandbox resumes.
+      bad = []
+      for (const s of paused()) {
+        try {
+          const h = await Sandbox.connect(s.id, optsOf(0))
+          for (const [p, body] of s.files) if ((await h.files.read(p)) !== body) bad.push(`${s.id}${p} differs after resume`)
+          s.state = 'running'
+        } catch (e) { bad.push(`${s.id}: ${String(e.message).slice(0, 120)}`) }
+      }
+      row('every paused sandbox resumes', bad.length === 0, bad.join('; '))
+    }
+
+    // No leaks once everything is killed and the load has stopped: first
+    // with the nodes running (their pools of ready network slots aside),
+    // then with the nodes stopped (SIGTERM: a node tears its pool down).
+    const leaksOf = (n, { network }) => {
+      const { prefix, dataDir } = c.nodes[n]
+      const leaks = []
+      if (network) {
+        const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((x) => x.startsWith(prefix + '-')) : []
+        if (netns.length) leaks.push(`${n}: netns ${netns.join(' ')}`)
+        const links = spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(` ${prefix}`))
+        if (links.length) leaks.push(`${n}: links ${links.map((l) => l.split(':')[1].trim()).join(' ')}`)
+      }
+      const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4]).filter((m) => m && m.startsWith(`${dataDir}/sandboxes/`))
+      if (mounts.length) leaks.push(`${n}: mounts ${mounts.join(' ')}`)
+      const loops = spawnSync('losetup', ['-n', '-O', 'NAME,BACK-FILE', '-l'], { encoding: 'utf8' }).stdout.split('\n').filter((l) => l.includes(`${dataDir}/`))
+      if (loops.length) leaks.push(`${n}: loops ${loops.join(' ')}`)
+      // The cgroup parent, in the unified hierarchy or in each v1 controller's.
+      const cgs = []
+      for (const root of ['/sys/fs/cgroup', ...readdirSync('/sys/fs/cgroup').map((d) => `/sys/fs/cgroup/${d}`)]) {
+        const cg = `${root}/warren-${prefix}`
+        if (existsSync(cg)) cgs.push(...readdirSync(cg, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => `${cg}/${d.name}`))
+      }
+      if (cgs.length) leaks.push(`${n}: cgroups ${cgs.join(' ')}`)
+      const procs = sandboxProcs(n).filter((p) => /runsc/.test(p.line) && !/ serve /.test(p.line))
+      if (procs.length) leaks.push(`${n}: processes ${procs.map((p) => `${p.pid}:${p.cmd}`).join(' ')}`)
+      return leaks
+    }
+    const checkLeaks = async () => {
+      const listed = JSON.parse((await api(0, 'GET', '/v2/sandboxes?limit=100')).body || '[]')
+      for (const s of listed) await api(0, 'DELETE', `/sandboxes/${s.sandboxID}`)
+      for (const s of sbx.values()) if (s.state !== 'killed') await api(1, 'DELETE', `/sandboxes/${s.id}`)
+      await sleep(3000)
+      let leaks = names.flatMap((n) => leaksOf(n, { network: false }))
+      results.push({ after: 'end (load stopped, all killed)', invariant: 'no leaked mount, loop, cgroup, process', ok: leaks.length === 0, detail: leaks.join('; ') })
+      for (const n of names) {
+        await c.nodes[n].proc.stop()
+        c.nodes[n].proc = undefined
+      }
+      leaks = names.flatMap((n) => leaksOf(n, { network: true }))
+      results.push({ after: 'end (nodes stopped)', invariant: 'no leaked netns, veth, mount, loop, cgroup, process', ok: leaks.length === 0, detail: leaks.join('; ') })
+    }
+
+    // Run: load throughout; a fault every everyS; invariants after each.
+    const started = now()
+    for (let w = 0; w < workers; w++) loads.push(loadLoop(w))
+    let k = 0
+    while (now() - started < durationS * 1000) {
+      await sleep(Math.max(0, Math.min(everyS * 1000, durationS * 1000 - (now() - started))))
+      if (now() - started >= durationS * 1000) break
+      const fault = schedule[k++ % schedule.length]
+      await doFault(fault)
+      // Settle: a restarted node heartbeats, a lost one is noticed.
+      await sleep(4000)
+      stopLoad = true
+      await Promise.all(loads.splice(0))
+      await check(`${fault} (${faultLog.at(-1).target})`)
+      stopLoad = false
+      for (let w = 0; w < workers; w++) loads.push(loadLoop(w))
+    }
+    stopLoad = true
+    await Promise.all(loads)
+    await check('end', { final: true })
+    await checkLeaks()
+    await Volume.destroy(vol.volumeId, optsOf(0)).catch(() => {})
+    return { results, stats, faultLog }
+  } finally {
+    // The load stops before the cluster does: a create in flight would
+    // otherwise outlive the kill-all of stop().
+    stopLoad = true
+    await Promise.all(loads.splice(0))
+    try { execFileSync('nft', ['delete', 'table', 'inet', table], { stdio: 'ignore' }) } catch {}
+    await c?.stop().catch((e) => log(`stopping the cluster: ${e.message}`))
+    pg.stop()
+  }
+}
+
+// printTable prints the invariants and the load's counts.
+export function report({ results, stats, faultLog }, log = console.log) {
+  log('\nFaults:')
+  for (const f of faultLog) log(`  ${f.fault.padEnd(14)} ${String(f.target).padEnd(22)} ${((f.end - f.start) / 1000).toFixed(1)} s ${f.detail || ''}`)
+  // What a client saw: the load's errors from each fault's start to 10 s
+  // after its end (the settle and the checks), by kind.
+  log('\nWhat the load saw around each fault (start to end + 10 s):')
+  for (const f of faultLog) {
+    const seen = {}
+    for (const e of stats.timeline) {
+      if (e.at < f.start || e.at > f.end + 10_000) continue
+      const kind = e.msg.replace(/[0-9a-z]{20}/g, '<id>').replace(/127\.0\.0\.1:\d+/g, '<addr>').replace(/\d+ms/g, '<n>ms').replace(/request [0-9a-f]{16}/g, 'request <id>').slice(0, 110)
+      seen[`${e.op}: ${kind}`] = (seen[`${e.op}: ${kind}`] || 0) + 1
+    }
+    const rows = Object.entries(seen).sort((a, b) => b[1] - a[1])
+    const last = stats.timeline.filter((e) => e.at >= f.start && e.at <= f.end + 10_000).map((e) => e.at).pop()
+    log(`  ${f.fault} (${f.target}): ${rows.length ? `errors until ${((last - f.start) / 1000).toFixed(1)} s after its start` : 'no errors'}`)
+    for (const [k, n] of rows) log(`    x${n} ${k}`)
+  }
+  log('\nSandboxes a fault took (their last answer):')
+  for (const [id, what] of Object.entries(stats.faulted)) log(`  ${id}: ${what}`)
+  log('\nInvariants:')
+  log(`  ${'after'.padEnd(34)} ${'invariant'.padEnd(52)} result`)
+  for (const r of results) log(`  ${r.after.padEnd(34)} ${r.invariant.padEnd(52)} ${r.gap ? 'GAP: ' + r.detail : r.ok ? 'ok' : 'VIOLATED: ' + r.detail}`)
+  log('\nLoad (operations, errors):')
+  for (const [op, n] of Object.entries(stats.ops)) log(`  ${op.padEnd(10)} ${n}`)
+  for (const [e, n] of Object.entries(stats.errors).sort((a, b) => b[1] - a[1])) log(`  error x${n}: ${e}`)
+  const violations = results.filter((r) => !r.ok).length
+  log(`\n${violations} invariant violations`)
+  return violations
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const arg = (name, def) => {
+    const i = process.argv.indexOf(name)
+    return i > 0 ? Number(process.argv[i + 1]) : def
+  }
+  const i = process.argv.indexOf('--faults')
+  const schedule = i > 0 ? process.argv[i + 1].split(',') : faults
+  const out = await runChaos({ durationS: arg('--duration', 120), everyS: arg('--every', 20), schedule })
+  process.exit(report(out) ? 1 : 0)
+}
