@@ -223,6 +223,7 @@ type Store interface {
 	ClaimStore
 	RouteStore
 	DiskUsageStore
+	EventStore
 
 	Close() error
 }
