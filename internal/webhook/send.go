@@ -43,7 +43,8 @@ type Sender struct {
 	Guard    *Guard
 	Resolver Resolver
 	// Timeout bounds an attempt: connecting, sending, the answer's
-	// headers and the bounded read of its body.
+	// headers and the bounded read of its body (default
+	// DefaultAttemptTimeout).
 	Timeout time.Duration
 }
 
@@ -69,7 +70,11 @@ func (s *Sender) Send(ctx context.Context, webhookID, rawURL, secret string, bod
 }
 
 func (s *Sender) send(ctx context.Context, deliveryID, webhookID, rawURL, secret string, body []byte) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = DefaultAttemptTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -85,11 +90,11 @@ func (s *Sender) send(ctx context.Context, deliveryID, webhookID, rawURL, secret
 	}
 	tr := &http.Transport{
 		Proxy:                  nil, // never the environment's proxy
-		DialContext:            s.Guard.dialer(pinned, &net.Dialer{Timeout: s.Timeout}),
+		DialContext:            s.Guard.dialer(pinned, &net.Dialer{Timeout: timeout}),
 		DisableKeepAlives:      true,
 		ForceAttemptHTTP2:      false,
-		TLSHandshakeTimeout:    s.Timeout,
-		ResponseHeaderTimeout:  s.Timeout,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
 		MaxResponseHeaderBytes: 16 << 10,
 	}
 	defer tr.CloseIdleConnections()
