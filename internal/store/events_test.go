@@ -64,7 +64,9 @@ func TestSandboxChangesMakeEvents(t *testing.T) {
 		setState(t, s, "sb1", func(sb *Sandbox) { sb.EndAt = start.Add(2 * time.Minute) })
 		setState(t, s, "sb1", func(sb *Sandbox) { sb.Node = "elsewhere" }) // no event
 		setState(t, s, "sb1", func(sb *Sandbox) { sb.State, sb.PausedAt = StatePaused, time.Now() })
-		setState(t, s, "sb1", func(sb *Sandbox) { sb.State, sb.PausedAt, sb.StartedAt = StateRunning, time.Time{}, time.Now() })
+		setState(t, s, "sb1", func(sb *Sandbox) { sb.State, sb.PausedAt = StateRunning, time.Time{} })
+		// A resume's second write, its new term: no update.
+		setState(t, s, "sb1", func(sb *Sandbox) { sb.StartedAt, sb.EndAt = time.Now(), time.Now().Add(time.Hour) })
 		// A snapshot's tag makes the checkpointed event.
 		if err := s.CreateTemplate(ctx, Template{ID: "snap", TeamID: "team1", CreatedAt: t0, UpdatedAt: t0, SnapshotOf: "sb1"}); err != nil {
 			t.Fatal(err)

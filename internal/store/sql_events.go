@@ -29,8 +29,8 @@ type sandboxChange struct {
 
 // changesOf are the events of a sandbox's record going from before to
 // after: created (creating → running), paused, resumed, killed (of a
-// sandbox that was running or paused), updated (a new end of its term or
-// network, while it runs or is paused).
+// sandbox that was running or paused), updated (a new end of its term, or
+// a new network, while it runs or is paused).
 func changesOf(before, after *Sandbox) []sandboxChange {
 	live := func(st SandboxState) bool { return st == StateRunning || st == StatePaused }
 	switch {
@@ -44,7 +44,9 @@ func changesOf(before, after *Sandbox) []sandboxChange {
 		return []sandboxChange{{typ: EventKilled, data: map[string]any{"execution": execution(before, time.Now())}}}
 	case before.State == after.State && live(after.State):
 		var out []sandboxChange
-		if !before.EndAt.Equal(after.EndAt) {
+		// A new term (StartedAt moves: a resume's second write) is not an
+		// update of the timeout; a new end of the same term is.
+		if !before.EndAt.Equal(after.EndAt) && before.StartedAt.Equal(after.StartedAt) {
 			out = append(out, sandboxChange{typ: EventUpdated, data: map[string]any{"set_timeout": after.EndAt.UTC().Format(eventTimeFormat)}})
 		}
 		if before.Extra != after.Extra || !sameBool(before.AllowInternetAccess, after.AllowInternetAccess) {
