@@ -92,3 +92,7 @@ go test -run '^$' -bench 'CreateToHealthy|PauseResume|CheckpointRestore' -bencht
 echo
 echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1, real warren serve, runsc, pool 2)"
 (cd test/e2e && node bench/codeinterp.mjs)
+
+echo
+echo "## lifecycle event → webhook delivery: ${WEBHOOK_RATE:-1000} events/min for ${WEBHOOK_SECONDS:-30} s to a loopback receiver, alone and beside a 10 s endpoint (SDK, real warren serve)"
+(cd test/e2e && node bench/webhooks.mjs)
