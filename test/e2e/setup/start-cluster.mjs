@@ -15,7 +15,7 @@ export const psql = (sql, dbname = 'postgres') =>
   execFileSync('psql', ['-h', '/var/run/postgresql', '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
 // nodes: { name: { prefix, net16 } }; apis: how many api processes.
-export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
+export async function startCluster({ nodes, apis = 1, poolSize = 1, extraArgs = [] }) {
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
   const db = `warren_e2e_cluster_${process.pid}_${randomBytes(3).toString('hex')}`
@@ -24,7 +24,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1 }) {
   delete env.WARREN_ACCESS_TOKEN
   psql(`CREATE DATABASE ${db}`)
   const volumeRoot = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-volumes-'))
-  const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text']
+  const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text', ...extraArgs]
 
   const c = {
     storeURL,
