@@ -308,8 +308,8 @@ func (ts *timedStore) ListWebhookAttempts(ctx context.Context, teamID, webhookID
 	})
 }
 
-func (ts *timedStore) DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]string, error) {
-	return timed(ts, "DueWebhooks", func() ([]string, error) { return ts.Store.DueWebhooks(ctx, owner, now, limit) })
+func (ts *timedStore) DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]store.DueWebhook, error) {
+	return timed(ts, "DueWebhooks", func() ([]store.DueWebhook, error) { return ts.Store.DueWebhooks(ctx, owner, now, limit) })
 }
 
 func (ts *timedStore) LeaseWebhook(ctx context.Context, id, owner string, now, until time.Time) (bool, error) {

@@ -99,6 +99,11 @@ type Delivery struct {
 	NextAt time.Time
 }
 
+// DueWebhook is a webhook with a delivery to make, and its team.
+type DueWebhook struct {
+	ID, TeamID string
+}
+
 // DeliveryAttempt is one attempt at a delivery: the HTTP status (0 when
 // there was no answer), how long it took and why it failed ("" if not).
 type DeliveryAttempt struct {
@@ -146,7 +151,7 @@ type EventStore interface {
 
 	// DueWebhooks lists the webhooks with a pending delivery due at now
 	// whose lease is free, expired or owner's: at most limit.
-	DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]string, error)
+	DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]DueWebhook, error)
 	// LeaseWebhook takes (or renews) the delivery lease of a webhook for
 	// owner until until, if it is free, expired at now or owner's
 	// already; it reports whether owner holds it.

@@ -240,7 +240,7 @@ func TestOutboxSurvivesReopen(t *testing.T) {
 	}
 	defer s.Close()
 	ids, err := s.DueWebhooks(ctx, "next", time.Now(), 10)
-	if err != nil || !slices.Equal(ids, []string{"wh-all"}) {
+	if err != nil || !slices.Equal(ids, []DueWebhook{{ID: "wh-all", TeamID: "team1"}}) {
 		t.Fatalf("due after reopen = %v %v", ids, err)
 	}
 	if d, _, ok, err := s.NextDelivery(ctx, "wh-all"); err != nil || !ok || d.Event.Type != EventCreated {

@@ -410,15 +410,15 @@ func (s *SQL) ListWebhookAttempts(ctx context.Context, teamID, webhookID string,
 
 // Delivery.
 
-func (s *SQL) DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]string, error) {
-	query := "SELECT DISTINCT d.webhook_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id " +
+func (s *SQL) DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]DueWebhook, error) {
+	query := "SELECT DISTINCT d.webhook_id, w.team_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id " +
 		"WHERE d.state = ? AND d.next_at <= ? AND w.enabled = 1 AND (w.lease_owner = '' OR w.lease_owner = ? OR w.lease_until < ?)"
 	if limit > 0 {
 		query += " LIMIT " + strconv.Itoa(limit)
 	}
-	return queryAll(ctx, s.db, s.q(query), func(row interface{ Scan(...any) error }) (string, error) {
-		var id string
-		return id, row.Scan(&id)
+	return queryAll(ctx, s.db, s.q(query), func(row interface{ Scan(...any) error }) (DueWebhook, error) {
+		var d DueWebhook
+		return d, row.Scan(&d.ID, &d.TeamID)
 	}, DeliveryPending, ms(now), owner, ms(now))
 }
 

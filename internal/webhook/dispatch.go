@@ -19,7 +19,8 @@ const (
 	DefaultAttemptTimeout = 10 * time.Second
 	DefaultPollInterval   = 50 * time.Millisecond
 	DefaultLeaseTTL       = 45 * time.Second
-	DefaultMaxWorkers     = 64
+	DefaultMaxWorkers     = 256
+	DefaultMaxTeamWorkers = 8
 	DefaultMaxQueue       = 1000
 	DefaultRetention      = 7 * 24 * time.Hour
 )
@@ -55,9 +56,10 @@ type DispatcherConfig struct {
 	// process takes over a dead one's webhooks after it.
 	LeaseTTL time.Duration
 	// MaxWorkers bounds the webhooks this process delivers at once (one
-	// worker each); MaxQueue a webhook's pending deliveries (past it the
-	// newest are dropped, failed).
-	MaxWorkers, MaxQueue int
+	// worker each), MaxTeamWorkers those of one team (so that a team's
+	// slow endpoints never hold every worker); MaxQueue a webhook's
+	// pending deliveries (past it the newest are dropped, failed).
+	MaxWorkers, MaxTeamWorkers, MaxQueue int
 	// Retention is how long events and delivery records are kept.
 	Retention time.Duration
 	Observer  Observer
@@ -73,7 +75,8 @@ type Dispatcher struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]bool
+	running map[string]bool // webhooks a worker here delivers
+	perTeam map[string]int  // those workers by team
 	wg      sync.WaitGroup
 }
 
@@ -97,6 +100,9 @@ func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = DefaultMaxWorkers
 	}
+	if cfg.MaxTeamWorkers <= 0 {
+		cfg.MaxTeamWorkers = DefaultMaxTeamWorkers
+	}
 	if cfg.MaxQueue <= 0 {
 		cfg.MaxQueue = DefaultMaxQueue
 	}
@@ -106,7 +112,7 @@ func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, running: map[string]bool{}}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, running: map[string]bool{}, perTeam: map[string]int{}}
 }
 
 // Run delivers until ctx ends, then waits for its workers.
@@ -149,43 +155,49 @@ func (d *Dispatcher) startDue(ctx context.Context, now time.Time) {
 	if free <= 0 {
 		return
 	}
-	ids, err := d.cfg.Store.DueWebhooks(ctx, d.cfg.Owner, now, d.cfg.MaxWorkers)
+	// More than fit: a team at its bound must not hide another's.
+	due, err := d.cfg.Store.DueWebhooks(ctx, d.cfg.Owner, now, 4*d.cfg.MaxWorkers)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("listing due webhook deliveries", "err", err)
 		}
 		return
 	}
-	for _, id := range ids {
+	for _, w := range due {
 		if free == 0 {
 			return
 		}
 		d.mu.Lock()
-		busy := d.running[id]
+		skip := d.running[w.ID] || d.perTeam[w.TeamID] >= d.cfg.MaxTeamWorkers
 		d.mu.Unlock()
-		if busy {
+		if skip {
 			continue
 		}
-		ok, err := d.cfg.Store.LeaseWebhook(ctx, id, d.cfg.Owner, now, now.Add(d.cfg.LeaseTTL))
+		ok, err := d.cfg.Store.LeaseWebhook(ctx, w.ID, d.cfg.Owner, now, now.Add(d.cfg.LeaseTTL))
 		if err != nil || !ok {
 			continue // another process delivers it
 		}
 		d.mu.Lock()
-		d.running[id] = true
+		d.running[w.ID] = true
+		d.perTeam[w.TeamID]++
 		d.mu.Unlock()
 		free--
 		d.wg.Add(1)
-		go d.work(ctx, id)
+		go d.work(ctx, w)
 	}
 }
 
 // work delivers a webhook's pending deliveries in order while this
 // process holds its lease, and gives the lease back when none is left.
-func (d *Dispatcher) work(ctx context.Context, id string) {
+func (d *Dispatcher) work(ctx context.Context, due store.DueWebhook) {
+	id := due.ID
 	defer d.wg.Done()
 	defer func() {
 		d.mu.Lock()
 		delete(d.running, id)
+		if d.perTeam[due.TeamID]--; d.perTeam[due.TeamID] <= 0 {
+			delete(d.perTeam, due.TeamID)
+		}
 		d.mu.Unlock()
 	}()
 	release := true

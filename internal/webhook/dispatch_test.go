@@ -315,3 +315,33 @@ func TestTwoProcessesDeliverOnce(t *testing.T) {
 		seen[k] = true
 	}
 }
+
+// TestSlowTeamHoldsNotEveryWorker: a team whose endpoints all hang takes
+// at most MaxTeamWorkers of the workers; another team's webhook is still
+// delivered.
+func TestSlowTeamHoldsNotEveryWorker(t *testing.T) {
+	w := newWorld(t, filepath.Join(t.TempDir(), "warren.db"))
+	newTeam(t, w.st, "slow")
+	newTeam(t, w.st, "fast")
+	release := make(chan struct{})
+	hang := newReceiver(t, func(http.ResponseWriter, *http.Request) { <-release })
+	t.Cleanup(func() { close(release) })
+	fast := newSink(t, func(int) int { return 200 })
+	for i := range 3 {
+		w.hook(t, "slow", hang.URL+"/"+string(rune('a'+i)))
+	}
+	w.hook(t, "fast", fast.URL)
+	w.lifecycle(t, "slow", "sb-slow")
+	d := w.dispatcher("p1")
+	d.cfg.MaxWorkers, d.cfg.MaxTeamWorkers = 3, 2
+	run(t, d)
+	deadline := time.Now().Add(10 * time.Second)
+	for hang.hits.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.lifecycle(t, "fast", "sb-fast") // after the slow team's workers hang
+	fast.wait(t, 5)
+	if n := hang.hits.Load(); n != 2 {
+		t.Errorf("the slow team's endpoints got %d requests at once, want its bound of 2", n)
+	}
+}
