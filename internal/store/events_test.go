@@ -341,3 +341,27 @@ func TestDropDeliveriesBoundsTheQueue(t *testing.T) {
 		}
 	})
 }
+
+// TestNetworkUpdateIsAnUpdate: a new network (extra) of a running
+// sandbox is an updated event; its node or slot moving is none.
+func TestNetworkUpdateIsAnUpdate(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		eventSetup(t, s)
+		setState(t, s, "sb1", func(sb *Sandbox) { sb.State = StateRunning })
+		setState(t, s, "sb1", func(sb *Sandbox) { sb.Slot = "elsewhere" })
+		setState(t, s, "sb1", func(sb *Sandbox) { sb.Extra = `{"network":{"denyOut":["0.0.0.0/0"]}}` })
+		evs, err := s.ListSandboxEvents(ctx, EventFilter{TeamID: "team1", Asc: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := eventTypes(evs); !slices.Equal(got, []string{EventCreated, EventUpdated}) {
+			t.Fatalf("events = %v", got)
+		}
+		var body struct{ EventData map[string]any }
+		json.Unmarshal(evs[1].Body, &body)
+		if body.EventData["network_updated"] != true {
+			t.Errorf("updated event data = %v", body.EventData)
+		}
+	})
+}
