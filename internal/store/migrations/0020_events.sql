@@ -4,7 +4,7 @@
 -- sandbox_events is the outbox: each row is written in the transaction of
 -- the sandbox change that causes it (UpdateSandbox, SetTag of a
 -- snapshot), so no event is lost in a crash and none is made for a change
--- that did not commit. seq orders one sandbox's events; body is the JSON
+-- that did not commit. seq orders one sandbox's events, body is the JSON
 -- payload as served and delivered (E2B's v2 shape), kept until the
 -- retention period ends.
 CREATE TABLE sandbox_events (
@@ -20,7 +20,7 @@ CREATE UNIQUE INDEX sandbox_events_by_sandbox ON sandbox_events (sandbox_id, seq
 CREATE INDEX sandbox_events_by_team ON sandbox_events (team_id, created_at, seq, id);
 
 -- A team's webhooks. secret is the signature secret sealed with the
--- node's (or cluster's) key, bound to the webhook's team and ID; events
+-- node's (or cluster's) key, bound to the webhook's team and ID, events
 -- is a JSON list of event types. lease_owner and lease_until (unix ms)
 -- say which process delivers the webhook's events now: one at a time, so
 -- that in a cluster each delivery is made by one process, in order.
@@ -41,7 +41,7 @@ CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at, id);
 
 -- One row per event a webhook is to receive, written with the event
 -- (for each of the team's enabled webhooks subscribed to its type).
--- state: pending, delivered or failed; attempts so far; next_at (unix
+-- state: pending, delivered or failed, attempts so far, next_at (unix
 -- ms) when a pending one may be tried (retries wait).
 CREATE TABLE webhook_deliveries (
     webhook_id   TEXT NOT NULL,
