@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -65,6 +66,13 @@ func runSetup(ctx context.Context, args []string) error {
 	mirror := fs.String("mirror", "", "Debian mirror for the base template (default: this machine's apt mirror)")
 	runtimes := fs.String("runtimes", "runsc,runc", "runtimes to install, comma-separated")
 	codeInterp := fs.Bool("code-interpreter", true, "also build the code-interpreter-v1 template (@e2b/code-interpreter's default) on top of base: Jupyter, numpy, pandas, matplotlib, scipy, scikit-learn, seaborn, TypeScript, R with IRkernel (about 235 MB from the mirror, 1.1 GB installed)")
+	logFile := fs.String("log", "", "where the tools' raw output (debootstrap, apt, go build) goes: the terminal then shows only the steps, counts and, for a failed step, its last lines (default: setup.log in the data dir; - for the terminal)")
 	fs.Parse(args)
-	return setup.Run(ctx, setup.Options{DataDir: *dataDir, Mirror: *mirror, Runtimes: strings.Split(*runtimes, ","), CodeInterpreter: *codeInterp}, os.Stdout)
+	switch *logFile {
+	case "":
+		*logFile = filepath.Join(*dataDir, "setup.log")
+	case "-":
+		*logFile = ""
+	}
+	return setup.Run(ctx, setup.Options{DataDir: *dataDir, Mirror: *mirror, Runtimes: strings.Split(*runtimes, ","), CodeInterpreter: *codeInterp, LogFile: *logFile}, os.Stdout)
 }

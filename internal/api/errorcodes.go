@@ -21,6 +21,10 @@ const (
 	CodeInternal            = "internal_server_error"        // 500: a failure before any node tried (a panic)
 )
 
+// placePrefix starts the message of every coded start failure, as E2B's
+// do: clients may match on it (e2b-dev/infra placement_errors.go).
+const placePrefix = "Failed to place sandbox: "
+
 func writeErrorCode(w http.ResponseWriter, status int, code, msg string) {
 	e := gen.Error{Code: int32(status), Message: msg}
 	if code != "" {
@@ -68,11 +72,11 @@ func (s *Server) failStart(w http.ResponseWriter, r *http.Request, err error) {
 		s.resumeFailed(w, r, re)
 	case status == http.StatusInternalServerError:
 		s.log.ErrorContext(r.Context(), "API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeErrorCode(w, status, code, reqid.InternalMessage(requestID(r)))
+		writeErrorCode(w, status, code, placePrefix+"sandbox creation failed, please retry; "+reqid.InternalMessage(requestID(r)))
 	case status == http.StatusGatewayTimeout:
 		s.log.WarnContext(r.Context(), "sandbox start timed out", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeErrorCode(w, status, code, "the sandbox was not started in time; retry")
+		writeErrorCode(w, status, code, placePrefix+"placement timed out, please retry")
 	default:
-		writeErrorCode(w, status, code, err.Error())
+		writeErrorCode(w, status, code, placePrefix+err.Error())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,11 @@ func TestStartFailuresCarryE2BsErrorCode(t *testing.T) {
 			got := errorCode(t, w.Body.Bytes())
 			if w.Code != c.status || got != c.code {
 				t.Errorf("%s: POST %s = %d error_code %q, want %d %q (%s)", c.name, call[0], w.Code, got, c.status, c.code, w.Body)
+			}
+			// E2B's messages of these start so, and clients may match on
+			// it (e2b-dev/infra placement_errors.go).
+			if c.code != "" && !strings.Contains(w.Body.String(), `"message":"Failed to place sandbox: `) {
+				t.Errorf("%s: POST %s: the message does not start with E2B's prefix: %s", c.name, call[0], w.Body)
 			}
 		}
 	}

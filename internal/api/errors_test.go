@@ -36,7 +36,7 @@ func check500(t *testing.T, hs *harness, what string, w interface {
 	// E2B's error_code, where it names the cause, is all a 500 adds.
 	switch what {
 	case "manager error":
-		want = fmt.Sprintf(`{"code":500,"error_code":"sandbox_create_failed","message":"internal error (request %s)"}`, id)
+		want = fmt.Sprintf(`{"code":500,"error_code":"sandbox_create_failed","message":"Failed to place sandbox: sandbox creation failed, please retry; internal error (request %s)"}`, id)
 	case "panic":
 		want = fmt.Sprintf(`{"code":500,"error_code":"internal_server_error","message":"internal error (request %s)"}`, id)
 	}
@@ -90,7 +90,11 @@ func TestErrorsUsersNeedStay(t *testing.T) {
 		hs.sandboxes.create = func(sandbox.CreateRequest) (store.Sandbox, error) { return store.Sandbox{}, c.err }
 		w := hs.do("POST", "/sandboxes", keyTeam1, `{"templateID":"base"}`)
 		code, msg := errorBody(t, w)
-		if code != c.status || msg != c.err.Error() {
+		want := c.err.Error()
+		if c.status == 503 {
+			want = placePrefix + want // E2B's prefix on a coded start failure
+		}
+		if code != c.status || msg != want {
 			t.Errorf("%v: %d %q", c.err, code, msg)
 		}
 		if w.Header().Get(RequestIDHeader) == "" {

@@ -63,7 +63,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 func (s *Server) resumeFailed(w http.ResponseWriter, r *http.Request, re *sandbox.ResumeError) {
 	id := requestID(r)
 	s.log.ErrorContext(r.Context(), "resume failed", "sandbox", re.ID, "step", re.Step, "err", re.Err)
-	writeErrorCode(w, http.StatusInternalServerError, CodeCreateFailed, fmt.Sprintf(
+	writeErrorCode(w, http.StatusInternalServerError, CodeCreateFailed, placePrefix+fmt.Sprintf(
 		"sandbox %s could not be resumed: %s failed; it is still paused and can be resumed again (request %s)", re.ID, re.Step, id))
 }
 

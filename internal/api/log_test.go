@@ -47,7 +47,8 @@ func TestLogLinesNameTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bodyID string
-	if _, err := fmt.Sscanf(body.Message, "internal error (request %16s)", &bodyID); err != nil || len(bodyID) != 16 {
+	msg := strings.TrimPrefix(body.Message, placePrefix+"sandbox creation failed, please retry; ")
+	if _, err := fmt.Sscanf(msg, "internal error (request %16s)", &bodyID); err != nil || len(bodyID) != 16 {
 		t.Fatalf("500 body %q names no request ID (%v)", body.Message, err)
 	}
 	if h := w.Header().Get(RequestIDHeader); h != bodyID {

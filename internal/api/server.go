@@ -40,6 +40,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/api/gen"
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/ratelimit"
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -109,6 +110,14 @@ type Config struct {
 	// ContentTimeout bounds a volume file's read or write through the
 	// content API (the SDK waits an hour). Default 1 h.
 	ContentTimeout time.Duration
+	// JWKS returns the public keys of workload identity tokens (every
+	// node's), served without credentials at identity.JWKSPath; nil: that
+	// path is 404.
+	JWKS func(ctx context.Context) (identity.JWKS, error)
+	// IdentityIssuer, when not empty, is the tokens' iss: the API then
+	// also serves /.well-known/openid-configuration naming the JWKS, for
+	// verifiers that discover keys by issuer (OIDC federation).
+	IdentityIssuer string
 	// Now is the rate limiters' clock; nil: time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -124,6 +133,8 @@ type Server struct {
 	// authentication: spent by each failure; once spent, further failures
 	// are answered 429 instead of 401. Valid credentials never are.
 	authFailures *ratelimit.Keyed
+	// jwks caches the identity keys (their path is open to anyone).
+	jwks jwksCache
 }
 
 var _ gen.ServerInterface = (*Server)(nil)
@@ -165,6 +176,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.EscapedPath()))
 	})
+	s.routeIdentity(mux)
 	s.routeEvents(mux)
 	h := gen.HandlerWithOptions(s, gen.StdHTTPServerOptions{
 		BaseRouter: mux,
@@ -172,7 +184,7 @@ func New(cfg Config) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 		},
 	})
-	return s.withRequestID(s.recoverPanics(s.authenticate(s.limitBody(s.routeAlias(h)))))
+	return s.withRequestID(s.recoverPanics(s.authenticate(s.limitBody(s.routeAlias(s.routeDashboardAPI(h))))))
 }
 
 // routeAlias serves GET /templates/aliases/{alias}, which the generated
@@ -207,11 +219,11 @@ func isUpload(r *http.Request) bool {
 
 // authenticate resolves the caller's team from X-API-Key, or from an
 // access token in Authorization: Bearer, and applies the team's rate
-// limit. Only /health and template file uploads (whose URLs are signed)
-// are open. A failure spends the client address's budget (authFailed).
+// limit. Only /health, the identity keys (public by nature) and template
+// file uploads (whose URLs are signed) are open. A failure spends the client address's budget (authFailed).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
+		if r.URL.Path == "/health" || isIdentityDiscovery(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -501,6 +513,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 	if body.Mcp != nil {
 		req.Extra.MCP = *body.Mcp
 	}
+	req.Extra.IAM = iamOf(body.Iam)
 	// The node that makes the sandbox checks its own disk
 	// (sandbox.ErrDiskFull): the api's may be another machine's.
 	rec, err := s.cfg.Sandboxes.Create(r.Context(), req)
@@ -509,6 +522,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxOf(rec))
+}
+
+// iamOf is a create's workload identity; no tokens (E2B: an empty map
+// too) is none. The node checks it (sandbox.checkIAM).
+func iamOf(in *gen.SandboxIam) *sandbox.IAM {
+	if in == nil || in.Tokens == nil || len(*in.Tokens) == 0 {
+		return nil
+	}
+	out := &sandbox.IAM{Tokens: map[string]sandbox.IAMToken{}}
+	for name, t := range *in.Tokens {
+		out.Tokens[name] = sandbox.IAMToken{Audience: t.Audience, TokenType: t.TokenType}
+	}
+	return out
 }
 
 func (s *Server) sandboxOf(rec store.Sandbox) gen.Sandbox {

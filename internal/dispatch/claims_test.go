@@ -59,7 +59,7 @@ func seed(t *testing.T, c *cluster2, team string, running, paused int) (run, pau
 // running counts team's running sandboxes in the store.
 func running(t *testing.T, c *cluster2, team string) int {
 	t.Helper()
-	rs, err := c.st.ListSandboxes(context.Background(), store.SandboxFilter{TeamID: team, States: []store.SandboxState{store.StateRunning}})
+	rs, err := c.st.ListSandboxes(context.Background(), store.SandboxFilter{Teams: store.ForTeam(team), States: []store.SandboxState{store.StateRunning}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,12 @@ type Config struct {
 	// MaxPerTeam bounds a team's running sandboxes across the cluster
 	// (0: no bound here; each node applies its own too).
 	MaxPerTeam int
-	Logger     *slog.Logger
+	// PlacementTimeout bounds a create's placement, every node it tries
+	// included: past it the create fails with context.DeadlineExceeded
+	// (the API's 504 sandbox_placement_timeout), and what a node may
+	// still make is abandoned. 0: no bound.
+	PlacementTimeout time.Duration
+	Logger           *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -185,7 +190,7 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	if teamID == "" {
 		return nil, nil
 	}
-	f.TeamID, f.AllTeams = teamID, false
+	f.Teams = store.ForTeam(teamID)
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -219,6 +224,11 @@ func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Cl
 
 // Create places a sandbox on the best node that takes it.
 func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
+	if d.cfg.PlacementTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.cfg.PlacementTimeout)
+		defer cancel()
+	}
 	release, err := d.admit(ctx, req.TeamID)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -281,6 +291,12 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 		if err == nil {
 			d.log.DebugContext(ctx, "dispatch: placed", "sandbox", rec.ID, "node", n.Name, "template", req.TemplateID)
 			return rec, nil
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The placement's time is up (a node that hangs): no other
+			// node is tried, and the caller hears it as a timeout, not as
+			// a node that was unavailable.
+			return store.Sandbox{}, fmt.Errorf("%w: the sandbox was not placed within %s (node %s: %v)", context.DeadlineExceeded, d.cfg.PlacementTimeout, n.Name, err)
 		}
 		switch {
 		case errors.Is(err, sandbox.ErrTemplateNotFound):

@@ -802,3 +802,37 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 		t.Errorf("a create after one was killed and one failed: %v", err)
 	}
 }
+
+// A node that does not answer holds a create only PlacementTimeout: the
+// create fails as a timeout (the API's 504 sandbox_placement_timeout),
+// not as a node that was unavailable, and no other node is tried with
+// the time that is left.
+func TestPlacementTimeout(t *testing.T) {
+	c := newCluster2(t)
+	c.d.cfg.PlacementTimeout = 300 * time.Millisecond
+	gate := make(chan struct{})
+	for _, f := range c.nodes {
+		f.mu.Lock()
+		f.gate = gate
+		f.mu.Unlock()
+	}
+	start := time.Now()
+	_, err := c.d.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+	took := time.Since(start)
+	close(gate)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrNodeUnavailable) {
+		t.Fatalf("a hung node: %v", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the create was held %s", took)
+	}
+	asked := 0
+	for _, f := range c.nodes {
+		f.mu.Lock()
+		asked += f.n
+		f.mu.Unlock()
+	}
+	if asked != 1 {
+		t.Errorf("%d nodes were asked, want 1", asked)
+	}
+}

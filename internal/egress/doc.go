@@ -46,8 +46,11 @@
 // node's CA issues for that host (the CA is in every sandbox's trust
 // store) and re-encrypted to the real host, whose certificate is
 // verified. ${e2b.secrets.NAME} in a header value is resolved per
-// request from the sandbox's team's secrets; the value never enters the
-// sandbox. Every request on such a connection must name the same host,
+// request from the sandbox's team's secrets, and
+// ${e2b.identity.tokens.NAME} becomes a workload identity token (a
+// JWT-SVID, package identity) minted for this request, for this sandbox,
+// with the audience its iam.tokens gave NAME (a name it did not ask for
+// is refused, never minted); neither value ever enters the sandbox. Every request on such a connection must name the same host,
 // and the upstream address must be one the host resolves to, so a
 // secret can never be sent to another server.
 //

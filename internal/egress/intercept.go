@@ -207,24 +207,42 @@ func displayHost(h string) string {
 	return h
 }
 
-// transform sets the rule's headers on req, resolving secrets, and
-// returns the names it set. Errors never carry a secret's value.
+// transform sets the rule's headers on req, resolving secrets and
+// minting identity tokens, and returns the names it set. Errors never
+// carry a secret's value or a token.
 func (cn *conn) transform(req *http.Request, rule HostRule) ([]string, error) {
 	req.Header.Del("Expect") // the proxy forwards the body without waiting for 100-continue
 	var names []string
+	secret := func(name string) (string, error) {
+		if cn.p.cfg.Secrets == nil {
+			return "", errors.New("this node resolves no secrets")
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		defer cancel()
+		v, err := cn.p.cfg.Secrets(ctx, cn.sb.TeamID, name)
+		if err != nil {
+			return "", fmt.Errorf("secret %q: %w", name, err)
+		}
+		return v, nil
+	}
+	token := func(name string) (string, error) {
+		// Only a token the sandbox asked for, for its audience, for
+		// the sandbox the connection is from.
+		aud, ok := cn.sb.Policy.Identity[name]
+		if !ok {
+			return "", fmt.Errorf("identity token %q is not one of the sandbox's iam.tokens", name)
+		}
+		if cn.p.cfg.Identity == nil {
+			return "", errors.New("this node mints no identity tokens")
+		}
+		v, err := cn.p.cfg.Identity(cn.sb.TeamID, cn.sb.ID, aud)
+		if err != nil {
+			return "", fmt.Errorf("identity token %q: %w", name, err)
+		}
+		return v, nil
+	}
 	for _, h := range rule.Headers {
-		v, err := ExpandPlaceholders(h.Value, func(name string) (string, error) {
-			if cn.p.cfg.Secrets == nil {
-				return "", errors.New("this node resolves no secrets")
-			}
-			ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
-			defer cancel()
-			v, err := cn.p.cfg.Secrets(ctx, cn.sb.TeamID, name)
-			if err != nil {
-				return "", fmt.Errorf("secret %q: %w", name, err)
-			}
-			return v, nil
-		})
+		v, err := ExpandPlaceholders(h.Value, secret, token)
 		if err != nil {
 			return nil, err
 		}

@@ -4,83 +4,132 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
-// Placeholders in a rule's header values: ${e2b.secrets.NAME} is replaced
-// by the current value of the team's secret NAME, by the egress proxy, for
-// each request, so that the value never enters the sandbox. Other ${...}
-// text is left as it is; ${e2b.<anything else>} is refused, so that a
-// typo is an error at create time rather than a literal sent upstream.
+// Placeholders in a rule's header values, replaced by the egress proxy
+// for each request, so that no value ever enters the sandbox:
+// ${e2b.secrets.NAME} by the current value of the team's secret NAME,
+// and ${e2b.identity.tokens.NAME} by a fresh workload identity token
+// (a JWT-SVID) for the audience the sandbox's iam.tokens gave NAME.
+// Other ${...} text is left as it is; ${e2b.<anything else>} is refused,
+// so that a typo is an error at create time rather than a literal sent
+// upstream.
 
 const (
 	placeholderOpen = "${e2b."
 	secretPrefix    = "${e2b.secrets."
+	tokenPrefix     = "${e2b.identity.tokens."
 	maxSecretName   = 128
+	// MaxTokenName bounds an identity token's name.
+	MaxTokenName = 128
 )
 
-// ParsePlaceholders returns the secret names value refers to, in order of
-// first appearance, or an error for a malformed or unsupported
-// placeholder.
-func ParsePlaceholders(value string) ([]string, error) {
-	var names []string
+// Refs are the names a header value's placeholders refer to, each once,
+// in order of first appearance.
+type Refs struct {
+	Secrets []string // canonical secret names
+	Tokens  []string // identity token names (case-sensitive)
+}
+
+// ParsePlaceholders returns what value refers to, or an error for a
+// malformed or unsupported placeholder.
+func ParsePlaceholders(value string) (Refs, error) {
+	var refs Refs
 	seen := map[string]bool{}
+	err := walkPlaceholders(value, func(kind, name string) (string, error) {
+		if !seen[kind+name] {
+			seen[kind+name] = true
+			if kind == secretPrefix {
+				refs.Secrets = append(refs.Secrets, name)
+			} else {
+				refs.Tokens = append(refs.Tokens, name)
+			}
+		}
+		return "", nil
+	}, nil)
+	return refs, err
+}
+
+// ExpandPlaceholders replaces every placeholder in value: a secret's by
+// secret(NAME), a token's by token(NAME).
+func ExpandPlaceholders(value string, secret, token func(name string) (string, error)) (string, error) {
+	var b strings.Builder
+	err := walkPlaceholders(value, func(kind, name string) (string, error) {
+		if kind == secretPrefix {
+			return secret(name)
+		}
+		return token(name)
+	}, &b)
+	return b.String(), err
+}
+
+// walkPlaceholders calls f for each placeholder of value (kind its
+// prefix, name checked) and, if b is not nil, writes value to it with
+// each placeholder replaced by what f returns.
+func walkPlaceholders(value string, f func(kind, name string) (string, error), b *strings.Builder) error {
 	rest := value
 	for {
 		i := strings.Index(rest, placeholderOpen)
 		if i < 0 {
-			return names, nil
+			if b != nil {
+				b.WriteString(rest)
+			}
+			return nil
+		}
+		if b != nil {
+			b.WriteString(rest[:i])
 		}
 		rest = rest[i:]
 		end := strings.IndexByte(rest, '}')
 		if end < 0 {
-			return nil, errors.New("an ${e2b. placeholder is not closed with }")
+			return errors.New("an ${e2b. placeholder is not closed with }")
 		}
 		inner := rest[:end+1]
-		name, ok := strings.CutPrefix(inner, secretPrefix)
-		if !ok {
-			return nil, fmt.Errorf("placeholder %q is not supported: only ${e2b.secrets.NAME} is (workload identity tokens are not)", inner)
+		var kind, name string
+		if n, ok := strings.CutPrefix(inner, secretPrefix); ok {
+			canon, err := NormalizeSecretName(strings.TrimSuffix(n, "}"))
+			if err != nil {
+				return fmt.Errorf("placeholder %q: %v", inner, err)
+			}
+			kind, name = secretPrefix, canon
+		} else if n, ok := strings.CutPrefix(inner, tokenPrefix); ok {
+			name = strings.TrimSuffix(n, "}")
+			if err := CheckTokenName(name); err != nil {
+				return fmt.Errorf("placeholder %q: %v", inner, err)
+			}
+			kind = tokenPrefix
+		} else {
+			return fmt.Errorf("placeholder %q is not supported: only ${e2b.secrets.NAME} and ${e2b.identity.tokens.NAME} are", inner)
 		}
-		name = strings.TrimSuffix(name, "}")
-		n, err := NormalizeSecretName(name)
+		v, err := f(kind, name)
 		if err != nil {
-			return nil, fmt.Errorf("placeholder %q: %v", inner, err)
+			return err
 		}
-		if !seen[n] {
-			seen[n] = true
-			names = append(names, n)
+		if b != nil {
+			b.WriteString(v)
 		}
 		rest = rest[end+1:]
 	}
 }
 
-// ExpandPlaceholders replaces every ${e2b.secrets.NAME} in value with
-// lookup(NAME). The value was checked by ParsePlaceholders.
-func ExpandPlaceholders(value string, lookup func(name string) (string, error)) (string, error) {
-	var b strings.Builder
-	rest := value
-	for {
-		i := strings.Index(rest, secretPrefix)
-		if i < 0 {
-			b.WriteString(rest)
-			return b.String(), nil
-		}
-		b.WriteString(rest[:i])
-		rest = rest[i+len(secretPrefix):]
-		end := strings.IndexByte(rest, '}')
-		if end < 0 {
-			return "", errors.New("unclosed placeholder")
-		}
-		name, err := NormalizeSecretName(rest[:end])
-		if err != nil {
-			return "", err
-		}
-		v, err := lookup(name)
-		if err != nil {
-			return "", err
-		}
-		b.WriteString(v)
-		rest = rest[end+1:]
+// CheckTokenName checks an identity token's name, as E2B's SDKs do: not
+// empty, no '{', '}' or control characters (a name lives inside its
+// placeholder, which the first '}' ends), and at most MaxTokenName
+// bytes; it must also be valid UTF-8 in a header.
+func CheckTokenName(name string) error {
+	if name == "" || len(name) > MaxTokenName {
+		return fmt.Errorf("a token name has 1 to %d characters", MaxTokenName)
 	}
+	if !utf8.ValidString(name) {
+		return errors.New("a token name is UTF-8")
+	}
+	for _, c := range name {
+		if c == '{' || c == '}' || c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) {
+			return errors.New("a token name cannot hold '{', '}' or control characters")
+		}
+	}
+	return nil
 }
 
 // NormalizeSecretName returns a secret name's canonical (lower-case)

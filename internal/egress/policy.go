@@ -3,12 +3,15 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -21,6 +24,10 @@ type Config struct {
 	DenyOut     []string          `json:"denyOut,omitempty"`
 	Rules       map[string][]Rule `json:"rules,omitempty"`
 	EgressProxy *UpstreamProxy    `json:"egressProxy,omitempty"`
+	// Identity is the sandbox's workload identity tokens (its create's
+	// iam.tokens): the audience of each, by name. A rule may refer only
+	// to these (${e2b.identity.tokens.NAME}).
+	Identity map[string]string `json:"-"`
 }
 
 // Rule is one entry of a host's rules: a transform of its requests.
@@ -29,7 +36,8 @@ type Rule struct {
 }
 
 // Transform sets headers on matching outbound HTTP requests. Values may
-// hold ${e2b.secrets.NAME} placeholders, resolved per request.
+// hold ${e2b.secrets.NAME} and ${e2b.identity.tokens.NAME} placeholders,
+// resolved per request.
 type Transform struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
@@ -106,6 +114,9 @@ type Policy struct {
 	Rules []HostRule
 	// Upstream, if set, carries all TCP egress (SOCKS5 or CONNECT).
 	Upstream *UpstreamProxy
+	// Identity is Config.Identity: the tokens the rules may mint, the
+	// audience of each by name.
+	Identity map[string]string
 }
 
 // HostRule is the transforms of one host pattern.
@@ -114,10 +125,11 @@ type HostRule struct {
 	Headers []Header
 }
 
-// Header is a header a rule sets; Value may hold secret placeholders.
+// Header is a header a rule sets; Value may hold placeholders.
 type Header struct {
 	Name, Value string
 	Secrets     []string // the secret names Value refers to
+	Tokens      []string // the identity tokens Value refers to
 }
 
 // Compile checks cfg and returns its policy; allowInternet false adds a
@@ -160,6 +172,9 @@ func Compile(cfg Config, allowInternet bool) (Policy, error) {
 		return Policy{}, fmt.Errorf("%w: allowOut names %d domains, at most %d are allowed", ErrInvalid, len(p.Domains), MaxDomains)
 	}
 	if p.Rules, err = compileRules(cfg.Rules); err != nil {
+		return Policy{}, err
+	}
+	if p.Identity, err = checkIdentity(cfg.Identity, p.Rules); err != nil {
 		return Policy{}, err
 	}
 	if cfg.EgressProxy != nil {
@@ -427,12 +442,49 @@ func checkHeader(host, name, value string) (Header, error) {
 	case !httpguts.ValidHeaderFieldValue(value):
 		return Header{}, fmt.Errorf("%w: rules for %q: the value of header %q holds characters a header may not", ErrInvalid, host, name)
 	}
-	secrets, err := ParsePlaceholders(value)
+	refs, err := ParsePlaceholders(value)
 	if err != nil {
 		return Header{}, fmt.Errorf("%w: rules for %q: header %q: %v", ErrInvalid, host, name, err)
 	}
-	return Header{Name: name, Value: value, Secrets: secrets}, nil
+	return Header{Name: name, Value: value, Secrets: refs.Secrets, Tokens: refs.Tokens}, nil
 }
+
+// MaxIdentityTokens is the most identity tokens a sandbox may name
+// (E2B's limit).
+const MaxIdentityTokens = 5
+
+// checkIdentity checks a sandbox's tokens and that every token a rule
+// refers to is one of them: a name the sandbox did not ask for is
+// refused, never minted.
+func checkIdentity(tokens map[string]string, rules []HostRule) (map[string]string, error) {
+	if len(tokens) > MaxIdentityTokens {
+		return nil, fmt.Errorf("%w: iam.tokens: too many tokens: %d (max %d)", ErrInvalid, len(tokens), MaxIdentityTokens)
+	}
+	for name, aud := range tokens {
+		if err := CheckTokenName(name); err != nil {
+			return nil, fmt.Errorf("%w: iam.tokens: %q: %v", ErrInvalid, name, err)
+		}
+		if aud == "" || len(aud) > MaxAudience || !utf8.ValidString(aud) {
+			return nil, fmt.Errorf("%w: iam.tokens.%s.audience: an audience has 1 to %d characters", ErrInvalid, name, MaxAudience)
+		}
+	}
+	for _, r := range rules {
+		for _, h := range r.Headers {
+			for _, t := range h.Tokens {
+				if _, ok := tokens[t]; !ok {
+					return nil, fmt.Errorf("%w: rules for %q: header %q refers to ${e2b.identity.tokens.%s}, which is not in the sandbox's iam.tokens", ErrInvalid, r.Pattern, h.Name, t)
+				}
+			}
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	return maps.Clone(tokens), nil
+}
+
+// MaxAudience bounds an identity token's audience.
+const MaxAudience = 512
 
 // checkUpstream checks an egressProxy's syntax; whether its address may
 // be reached is decided where it is dialled.

@@ -62,7 +62,15 @@ func TestCompile(t *testing.T) {
 		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X bad": "x"}}}}}}, "not a valid HTTP header name"},
 		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "a\r\nX-Evil: 1"}}}}}}, "characters"},
 		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.secrets.x"}}}}}}, "not closed"},
-		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.aws}"}}}}}}, "not supported"},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.aws}"}}}}}}, "not in the sandbox's iam.tokens"},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.aws}"}}}}}, Identity: map[string]string{"gcp": "x"}}, "not in the sandbox's iam.tokens"},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.aws}"}}}}}, Identity: map[string]string{"aws": "sts.amazonaws.com"}}, ""},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.a${e2b.secrets.x}}"}}}}}, Identity: map[string]string{"a": "x"}}, "'{'"},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.tokens.}"}}}}}}, "1 to"},
+		{Config{Identity: map[string]string{"a": ""}}, "audience"},
+		{Config{Identity: map[string]string{"a{": "x"}}, "'{'"},
+		{Config{Identity: map[string]string{"a": "1", "b": "1", "c": "1", "d": "1", "e": "1", "f": "1"}}, "too many tokens"},
+		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.identity.aws}"}}}}}}, "not supported"},
 		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.secrets.sec_1}"}}}}}}, "sec_"},
 		{Config{Rules: map[string][]Rule{"a.com": {{Transform: &Transform{Headers: map[string]string{"X-A": "${e2b.secrets.a/b}"}}}}}}, "letters"},
 		{Config{EgressProxy: &UpstreamProxy{Address: "proxy"}}, "host:port"},
@@ -138,14 +146,20 @@ func TestNormalizeHost(t *testing.T) {
 }
 
 func TestPlaceholders(t *testing.T) {
-	got, err := ExpandPlaceholders("Bearer ${e2b.secrets.Tok} ${e2b.secrets.tok}-${x}", func(n string) (string, error) {
+	secret := func(n string) (string, error) {
 		if n != "tok" {
 			return "", fmt.Errorf("unknown %s", n)
 		}
 		return "v", nil
-	})
-	if err != nil || got != "Bearer v v-${x}" {
+	}
+	token := func(n string) (string, error) { return "<" + n + ">", nil }
+	got, err := ExpandPlaceholders("Bearer ${e2b.secrets.Tok} ${e2b.secrets.tok}-${x} ${e2b.identity.tokens.AWS}", secret, token)
+	if err != nil || got != "Bearer v v-${x} <AWS>" {
 		t.Errorf("%q, %v", got, err)
+	}
+	refs, err := ParsePlaceholders("${e2b.identity.tokens.a}${e2b.secrets.S}${e2b.identity.tokens.a}${e2b.identity.tokens.A}")
+	if err != nil || fmt.Sprint(refs) != "{[s] [a A]}" {
+		t.Errorf("refs %v %v", refs, err)
 	}
 }
 

@@ -32,6 +32,10 @@ type Resolver interface {
 // SecretLookup returns the current value of a team's secret by name.
 type SecretLookup func(ctx context.Context, teamID, name string) (string, error)
 
+// TokenMinter mints a workload identity token for a team's sandbox
+// (identity.Signer.Mint).
+type TokenMinter func(teamID, sandboxID, audience string) (string, error)
+
 // ProxyConfig configures a Proxy.
 type ProxyConfig struct {
 	// Refused reports the addresses the node never lets sandboxes reach
@@ -48,6 +52,9 @@ type ProxyConfig struct {
 	RootCAs *x509.CertPool
 	// Secrets resolves ${e2b.secrets.NAME}; nil: rules that use one fail.
 	Secrets SecretLookup
+	// Identity mints ${e2b.identity.tokens.NAME}; nil: rules that use
+	// one fail.
+	Identity TokenMinter
 	// Audit gets every decision; nil: none is written.
 	Audit *Audit
 	// SniffTimeout bounds the wait for a client's first bytes, and

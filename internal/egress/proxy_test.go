@@ -50,6 +50,8 @@ type testProxy struct {
 	dsts  sync.Map // client port → netip.AddrPort
 	audit *Audit
 	ca    *CA
+	// minted counts the identity tokens the fake minter made.
+	minted atomic.Int64
 }
 
 var refusedInTests = netip.MustParseAddr("127.0.0.9") // stands for an address the node refuses
@@ -74,6 +76,9 @@ func newTestProxy(t *testing.T, names fakeResolver, roots *x509.CertPool, secret
 				return v, nil
 			}
 			return "", errors.New("no such secret")
+		},
+		Identity: func(team, sandbox, audience string) (string, error) {
+			return fmt.Sprintf("svid(%s,%s,%s,%d)", team, sandbox, audience, tp.minted.Add(1)), nil
 		},
 		OriginalDst: func(c net.Conn) (netip.AddrPort, error) {
 			port := c.RemoteAddr().(*net.TCPAddr).Port
@@ -577,6 +582,54 @@ func TestProxyRulesInjectSecrets(t *testing.T) {
 		if strings.Contains(fmt.Sprint(e), "s3cret") {
 			t.Errorf("the audit holds the secret: %+v", e)
 		}
+	}
+}
+
+// ${e2b.identity.tokens.NAME} becomes a token minted for this request,
+// for the sandbox the connection is from and the audience its iam.tokens
+// gave NAME; a name it did not ask for is never minted nor sent as text.
+func TestProxyRulesMintIdentityTokens(t *testing.T) {
+	cert, pool := selfSigned(t, "api.example.test")
+	realTLS, _ := twinServers(t, cert)
+	tp := newTestProxy(t, fakeResolver{"api.example.test": {realTLS.addr.Addr()}}, pool, nil)
+	tp.register(mustCompile(t, Config{
+		Rules: map[string][]Rule{"api.example.test": {{Transform: &Transform{Headers: map[string]string{
+			"Authorization": "Bearer ${e2b.identity.tokens.aws}",
+		}}}}},
+		Identity: map[string]string{"aws": "sts.amazonaws.com", "unused": "x"},
+	}, true))
+	caPool := x509.NewCertPool()
+	caPool.AppendCertsFromPEM(tp.ca.CertPEM())
+	c := tp.client(realTLS.addr, &tls.Config{RootCAs: caPool})
+	for i := 1; i <= 2; i++ {
+		got, err := get(c, "https://api.example.test/")
+		want := fmt.Sprintf("Authorization: Bearer svid(team1,sbx1,sts.amazonaws.com,%d)\n", i)
+		if err != nil || !strings.Contains(got, want) {
+			t.Errorf("request %d: %q %v, want %q", i, got, err, want)
+		}
+	}
+	for _, e := range tp.entries() {
+		if strings.Contains(fmt.Sprint(e), "svid(") {
+			t.Errorf("the audit holds a token: %+v", e)
+		}
+	}
+
+	// A policy that refers to a token the sandbox did not ask for
+	// (Compile refuses one; the proxy holds without it).
+	p := mustCompile(t, Config{Rules: map[string][]Rule{"api.example.test": {{Transform: &Transform{Headers: map[string]string{"X-T": "${e2b.identity.tokens.gcp}"}}}}},
+		Identity: map[string]string{"gcp": "aud"}}, true)
+	p.Identity = map[string]string{"aws": "sts.amazonaws.com"}
+	tp.register(p)
+	before := realTLS.requests.Load()
+	got, err := get(c, "https://api.example.test/")
+	if err == nil && !strings.Contains(got, "not one of the sandbox's iam.tokens") || strings.Contains(got, "svid(") {
+		t.Errorf("an unrequested token: %q %v", got, err)
+	}
+	if realTLS.requests.Load() != before {
+		t.Error("the host got a request with an unrequested token's placeholder")
+	}
+	if n := tp.minted.Load(); n != 2 {
+		t.Errorf("%d tokens minted, want 2", n)
 	}
 }
 

@@ -133,7 +133,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 	if err := m.validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
-	pol, err := compileEgress(req.Extra.Network, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
+	pol, err := compileEgress(req.Extra.Network, req.Extra.IAM, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -155,50 +155,111 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 
 // createFrom creates a sandbox of a resolved template: booted over its
 // layers, or restored from its snapshot (a build's, a sandbox's or a
-// fork's).
+// fork's). Its steps, in order: admit and size it, reserve its share of
+// the limits, take a warm sandbox or a new ID, record it as creating,
+// start it on the node, record it as running, and hand it over to the
+// live set, whose envd /init runs while the answer goes back.
 func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Template) (store.Sandbox, error) {
-	if m.cfg.Admit != nil { // forks come here too
-		if err := m.cfg.Admit(ctx); err != nil {
-			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrNoCapacity, err)
-		}
-	}
-	if err := m.createSpace(); err != nil {
-		return store.Sandbox{}, err
-	}
-	mounts, err := m.createMounts(ctx, req, resolved.Image)
+	mounts, plan, err := m.admitCreate(ctx, req, resolved)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	tmpl := resolved.Image
-	res := m.cfg.Resources
-	if resolved.CPUCount > 0 {
-		res.CPUCount = resolved.CPUCount
-	}
-	if resolved.MemoryMB > 0 {
-		res.MemoryMB = resolved.MemoryMB
-	}
-	snapshotDir, diskImage, diskMB, err := m.snapshotOf(tmpl)
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("%w: %s: %v", ErrTemplateNotFound, req.TemplateID, err)
-	}
-	if diskImage != "" {
-		res.DiskSizeMB = diskMB
-	}
-	if err := m.withinNode(res); err != nil {
-		return store.Sandbox{}, err
-	}
-	full, err := m.reserve(req.TeamID, res)
+	full, err := m.reserve(req.TeamID, plan.res)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			m.unreserve(req.TeamID, res)
+			m.unreserve(req.TeamID, plan.res)
 		}
 	}()
+	rec := m.creatingRecord(req, resolved, plan.res, mounts)
+
+	tr := steptrace.From(ctx) // nil (no marks) for a fork's children
+	tr.Mark("admit")
+	start, err := m.claimStart(resolved, plan, len(mounts), full)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	rec.ID = start.id
+	if start.warm == nil {
+		start.token = rec.EnvdAccessToken
+	}
+	tr.Mark("claim")
+	if err := m.recordCreating(ctx, rec, start.warm); err != nil {
+		return store.Sandbox{}, err
+	}
+	tr.Mark("store-create")
+	inst, token, err := m.startInstance(ctx, rec, plan, start)
+	if err != nil {
+		m.forget(context.WithoutCancel(ctx), rec.ID)
+		return store.Sandbox{}, err
+	}
+	l := m.newLive(rec, inst)
+	running, err := m.recordRunning(ctx, rec.ID, inst, req.Timeout)
+	if err != nil {
+		m.discard(inst)
+		m.forget(context.WithoutCancel(ctx), rec.ID) // rec's ID: a failed update returns no record
+		return store.Sandbox{}, err
+	}
+	rec = running
+	tr.Mark("store-update")
+	m.goLive(ctx, l, rec, inst, token, plan.res, plan.tmpl.Envs, start.warm != nil)
+	reserved = false // the team count now belongs to the live sandbox
+	return rec, nil
+}
+
+// createPlan is what a create starts its sandbox from and with.
+type createPlan struct {
+	tmpl *image.Template
+	res  Resources
+	// snapshotDir and diskImage: see snapshotOf.
+	snapshotDir, diskImage string
+}
+
+// admitCreate decides whether a sandbox of resolved may be made here
+// (admission, disk reserve, its volumes, the node's size) and of what
+// size: the node's defaults, the template's own, and a snapshot's disk.
+func (m *Manager) admitCreate(ctx context.Context, req CreateRequest, resolved Template) ([]store.VolumeMount, createPlan, error) {
+	if m.cfg.Admit != nil { // forks come here too
+		if err := m.cfg.Admit(ctx); err != nil {
+			return nil, createPlan{}, fmt.Errorf("%w: %v", ErrNoCapacity, err)
+		}
+	}
+	if err := m.createSpace(); err != nil {
+		return nil, createPlan{}, err
+	}
+	mounts, err := m.createMounts(ctx, req, resolved.Image)
+	if err != nil {
+		return nil, createPlan{}, err
+	}
+	plan := createPlan{tmpl: resolved.Image, res: m.cfg.Resources}
+	if resolved.CPUCount > 0 {
+		plan.res.CPUCount = resolved.CPUCount
+	}
+	if resolved.MemoryMB > 0 {
+		plan.res.MemoryMB = resolved.MemoryMB
+	}
+	var diskMB int
+	plan.snapshotDir, plan.diskImage, diskMB, err = m.snapshotOf(plan.tmpl)
+	if err != nil {
+		return nil, createPlan{}, fmt.Errorf("%w: %s: %v", ErrTemplateNotFound, req.TemplateID, err)
+	}
+	if plan.diskImage != "" {
+		plan.res.DiskSizeMB = diskMB
+	}
+	if err := m.withinNode(plan.res); err != nil {
+		return nil, createPlan{}, err
+	}
+	return mounts, plan, nil
+}
+
+// creatingRecord is the new sandbox's record, as it is stored before
+// anything starts (state creating, no ID yet).
+func (m *Manager) creatingRecord(req CreateRequest, resolved Template, res Resources, mounts []store.VolumeMount) store.Sandbox {
 	now := time.Now()
-	rec := store.Sandbox{
+	return store.Sandbox{
 		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
 		StartedAt: now, EndAt: now.Add(req.Timeout),
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
@@ -207,103 +268,124 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory == nil || *req.AutoPauseMemory,
 		AutoResume: req.AutoResume, Secure: true,
 		Node: m.cfg.NodeName, Runtime: m.cfg.Node.Runtime().Name(), Extra: req.Extra.String(),
-		Image:        imageOf(tmpl).String(),
+		Image:        imageOf(resolved.Image).String(),
 		VolumeMounts: mounts,
 	}
+}
 
-	tr := steptrace.From(ctx) // nil (no marks) for a fork's children
-	tr.Mark("admit")
-	var inst *node.Instance
-	var token string // envd's token until /init replaces it
-	var w *warm
+// sandboxStart is where a new sandbox comes from: a warm one of its
+// template's pool (warm, its ID and envd's current token), or a cold
+// start under a new ID (warm nil; the token is the record's).
+type sandboxStart struct {
+	id    string
+	warm  *node.Instance
+	token string // envd's token until /init replaces it
+}
+
+// claimStart takes a warm sandbox of the plan's template when one fits,
+// else a new ID; full (from reserve) is why a cold start may not fit,
+// unless evicting warm sandboxes makes room.
+func (m *Manager) claimStart(resolved Template, plan createPlan, mounts int, full error) (sandboxStart, error) {
 	// A fork restores its snapshot cold: the snapshot is its own, gone
 	// once the fork ends, and the pool of the parent's template (whose ID
 	// its children carry) holds sandboxes of another image.
-	if !resolved.fork && startsWarm(tmpl, len(mounts)) {
-		w = m.claimWarm(tmpl, res)
-	}
-	if w != nil {
-		inst, token = w.inst, w.token
-		rec.ID = inst.ID
-	} else if full != nil && !m.evictWarmFor(res) {
-		return store.Sandbox{}, full
-	} else {
-		rec.ID = NewID()
-		token = rec.EnvdAccessToken
-	}
-	tr.Mark("claim")
-	// The record comes first: a crash from here on leaves a "creating"
-	// record that tells the next start what to remove.
-	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		if inst != nil {
-			m.discard(inst)
+	if !resolved.fork && startsWarm(plan.tmpl, mounts) {
+		if w := m.claimWarm(plan.tmpl, plan.res); w != nil {
+			return sandboxStart{id: w.inst.ID, warm: w.inst, token: w.token}, nil
 		}
-		if errors.Is(err, store.ErrNotFound) {
-			// A volume it mounts was deleted since it was resolved.
-			return store.Sandbox{}, fmt.Errorf("%w: %v", ErrVolumeNotFound, err)
-		}
-		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
 	}
-	warmed := inst != nil
-	tr.Mark("store-create")
-	fail := func(err error) (store.Sandbox, error) {
-		if inst != nil {
-			m.discard(inst)
-		}
-		m.forget(context.WithoutCancel(ctx), rec.ID)
-		return store.Sandbox{}, err
+	if full != nil && !m.evictWarmFor(plan.res) {
+		return sandboxStart{}, full
 	}
-	if warmed {
+	return sandboxStart{id: NewID()}, nil
+}
+
+// recordCreating stores the record first: a crash from here on leaves a
+// "creating" record that tells the next start what to remove. A warm
+// sandbox claimed for it goes when the record cannot be written.
+func (m *Manager) recordCreating(ctx context.Context, rec store.Sandbox, warm *node.Instance) error {
+	err := m.cfg.Store.CreateSandbox(ctx, rec)
+	if err == nil {
+		return nil
+	}
+	if warm != nil {
+		m.discard(warm)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// A volume it mounts was deleted since it was resolved.
+		return fmt.Errorf("%w: %v", ErrVolumeNotFound, err)
+	}
+	return fmt.Errorf("sandbox: recording %s: %w", rec.ID, err)
+}
+
+// startInstance makes the sandbox of rec run on the node: a warm one is
+// brought to the foreground, else it is restored from the plan's
+// snapshot or booted over its layers; then its egress policy goes on if
+// it has none yet (a warm one). It returns the instance and envd's
+// current token; on an error nothing of it is left on the node.
+func (m *Manager) startInstance(ctx context.Context, rec store.Sandbox, plan createPlan, start sandboxStart) (*node.Instance, string, error) {
+	inst, token := start.warm, start.token
+	if inst != nil {
 		if err := m.cfg.Node.Foreground(inst); err != nil {
-			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
+			m.discard(inst)
+			return nil, "", fmt.Errorf("sandbox: starting %s: %w", rec.ID, err)
 		}
-	}
-	if inst == nil {
+	} else {
 		nreq, err := m.nodeRequest(ctx, rec)
 		if err != nil {
-			return fail(err)
+			return nil, "", err
 		}
-		if snapshotDir != "" {
+		if plan.snapshotDir != "" {
 			// Restored with its processes running. The envd in the
 			// snapshot has the snapshotted sandbox's token; /init gives
 			// it this sandbox's.
-			token = tmpl.SnapshotToken
-			nreq.DiskImage = diskImage
-			inst, err = m.cfg.Node.Restore(ctx, nreq, snapshotDir)
+			token = plan.tmpl.SnapshotToken
+			nreq.DiskImage = plan.diskImage
+			inst, err = m.cfg.Node.Restore(ctx, nreq, plan.snapshotDir)
 		} else {
 			inst, err = m.cfg.Node.Create(ctx, nreq)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("sandbox: starting %s: %w", rec.ID, err))
+			return nil, "", fmt.Errorf("sandbox: starting %s: %w", rec.ID, err)
 		}
 	}
 	if inst.Egress() == nil {
 		// A warm sandbox: its policy goes on before its user gets it.
 		if err := m.applyEgress(rec, inst); err != nil {
-			return fail(err)
+			m.discard(inst)
+			return nil, "", err
 		}
 	}
-	l := m.newLive(rec, inst)
+	return inst, token, nil
+}
+
+// recordRunning records the started sandbox as running; its clock starts
+// now, when it is usable.
+func (m *Manager) recordRunning(ctx context.Context, id string, inst *node.Instance, timeout time.Duration) (store.Sandbox, error) {
 	started := time.Now()
-	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(s *store.Sandbox) error {
+	rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		s.State = store.StateRunning
 		s.Slot = inst.Slot.Name
-		// The clock starts when the sandbox is usable.
 		s.StartedAt = started
-		s.EndAt = started.Add(req.Timeout)
+		s.EndAt = started.Add(timeout)
 		return nil
 	})
 	if err != nil {
-		return fail(fmt.Errorf("sandbox: recording %s: %w", rec.ID, err))
+		return store.Sandbox{}, fmt.Errorf("sandbox: recording %s: %w", id, err)
 	}
-	tr.Mark("store-update")
-	// envd's /init (its identity, environment and final token) is the
-	// create's one round trip into the sandbox, a few milliseconds; it
-	// runs while the answer goes back to the client. Until it is done the
-	// proxy holds the sandbox's traffic (Resolve) and every lifecycle
-	// operation waits for l.mu, which the init holds; a failed init
-	// removes the sandbox, so that nothing ever reaches an envd that
-	// lacks its environment or token.
+	return rec, nil
+}
+
+// goLive adds the started sandbox to the live set and runs envd's /init
+// (its identity, environment and final token) in the background: the
+// create's one round trip into the sandbox, a few milliseconds, made
+// while the answer goes back to the client. Until it is done the proxy
+// holds the sandbox's traffic (Resolve) and every lifecycle operation
+// waits for l.mu, which the init holds; a failed init removes the
+// sandbox, so that nothing ever reaches an envd that lacks its
+// environment or token.
+func (m *Manager) goLive(ctx context.Context, l *live, rec store.Sandbox, inst *node.Instance, token string, res Resources, tmplEnvs map[string]string, warmed bool) {
+	tr := steptrace.From(ctx)
 	initCtx, cancelInit := context.WithTimeout(context.WithoutCancel(ctx), initTimeout)
 	l.initDone, l.cancelInit = make(chan struct{}), cancelInit
 	l.mu.Lock()
@@ -315,8 +397,7 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 		m.wg.Add(1)
 	}
 	m.mu.Unlock()
-	reserved = false // the team count now belongs to the live sandbox
-	envs := m.withTrust(tmpl.Envs)
+	envs := m.withTrust(tmplEnvs)
 	go func() {
 		if tracked {
 			defer m.wg.Done()
@@ -340,7 +421,6 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 			m.log.DebugContext(initCtx, "sandbox created", "sandbox", rec.ID, "warm", warmed, "envd", inst.EnvdURL(), "steps", tr.String())
 		}
 	}()
-	return rec, nil
 }
 
 func (m *Manager) validateCreate(req CreateRequest) error {

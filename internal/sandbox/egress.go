@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -48,11 +49,11 @@ func passwordContext(teamID string) string { return "egress-proxy-password/" + t
 
 // egressConfig is the egress part of a network object, password in
 // clear (opened with sealer when only sealed).
-func egressConfig(n *Network, teamID string, sealer Sealer) (egress.Config, error) {
+func egressConfig(n *Network, iam *IAM, teamID string, sealer Sealer) (egress.Config, error) {
 	if n == nil {
-		return egress.Config{}, nil
+		return egress.Config{Identity: iam.audiences()}, nil
 	}
-	cfg := egress.Config{AllowOut: n.AllowOut, DenyOut: n.DenyOut, Rules: n.Rules}
+	cfg := egress.Config{AllowOut: n.AllowOut, DenyOut: n.DenyOut, Rules: n.Rules, Identity: iam.audiences()}
 	if p := n.EgressProxy; p != nil {
 		up := egress.UpstreamProxy{Address: p.Address, Username: p.Username, Password: p.Password}
 		if up.Password == "" && p.PasswordSealed != "" {
@@ -72,9 +73,13 @@ func egressConfig(n *Network, teamID string, sealer Sealer) (egress.Config, erro
 
 func allowsInternet(b *bool) bool { return b == nil || *b }
 
-// compileEgress checks a network object and allow_internet_access.
-func compileEgress(n *Network, teamID string, allowInternet *bool, sealer Sealer) (egress.Policy, error) {
-	cfg, err := egressConfig(n, teamID, sealer)
+// compileEgress checks a network object and allow_internet_access, with
+// the sandbox's identity tokens (the only ones its rules may use).
+func compileEgress(n *Network, iam *IAM, teamID string, allowInternet *bool, sealer Sealer) (egress.Policy, error) {
+	if err := checkIAM(iam); err != nil {
+		return egress.Policy{}, err
+	}
+	cfg, err := egressConfig(n, iam, teamID, sealer)
 	if err != nil {
 		return egress.Policy{}, err
 	}
@@ -83,6 +88,30 @@ func compileEgress(n *Network, teamID string, allowInternet *bool, sealer Sealer
 		return p, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return p, err
+}
+
+// checkIAM checks a create's iam as E2B's API does: at most
+// egress.MaxIdentityTokens tokens, each named (a name a placeholder can
+// hold), with an audience and the type JWT-SVID.
+func checkIAM(iam *IAM) error {
+	if iam == nil {
+		return nil
+	}
+	if len(iam.Tokens) > egress.MaxIdentityTokens {
+		return fmt.Errorf("%w: iam.tokens: too many tokens: %d (max %d)", ErrInvalid, len(iam.Tokens), egress.MaxIdentityTokens)
+	}
+	for name, t := range iam.Tokens {
+		if err := egress.CheckTokenName(name); err != nil {
+			return fmt.Errorf("%w: iam.tokens: token name %q: %v", ErrInvalid, name, err)
+		}
+		if t.Audience == "" {
+			return fmt.Errorf("%w: iam.tokens.%s.audience: audience is required", ErrInvalid, name)
+		}
+		if t.TokenType != identity.TokenType {
+			return fmt.Errorf("%w: iam.tokens.%s.tokenType: only %q is supported", ErrInvalid, name, identity.TokenType)
+		}
+	}
+	return nil
 }
 
 // sealPassword moves an egressProxy password the API gave into its
@@ -117,7 +146,8 @@ func (m *Manager) checkUpstream(ctx context.Context, p egress.Policy) error {
 // egressOf is the policy a sandbox's record asks for, nil when it asks
 // for none.
 func (m *Manager) egressOf(rec store.Sandbox) (*node.Egress, error) {
-	p, err := compileEgress(ParseExtra(rec.Extra).Network, rec.TeamID, rec.AllowInternetAccess, m.cfg.Sealer)
+	ex := ParseExtra(rec.Extra)
+	p, err := compileEgress(ex.Network, ex.IAM, rec.TeamID, rec.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: its recorded egress policy: %w", rec.ID, err)
 	}
@@ -147,7 +177,7 @@ func (m *Manager) applyEgress(rec store.Sandbox, inst *node.Instance) error {
 // (or is paused), without a restart: the record first, then the node;
 // connections the new policy forbids are cut.
 func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u NetworkUpdate) error {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return err
 	}
@@ -163,7 +193,12 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u Networ
 		return rec
 	}
 	n := &Network{AllowOut: u.AllowOut, DenyOut: u.DenyOut, Rules: u.Rules, EgressProxy: u.EgressProxy}
-	pol, err := compileEgress(n, teamID, u.AllowInternetAccess, m.cfg.Sealer)
+	// The identity tokens were fixed at create: new rules may use them.
+	cur, err := m.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || cur.TeamID != teamID {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	pol, err := compileEgress(n, ParseExtra(cur.Extra).IAM, teamID, u.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return err
 	}
@@ -241,7 +276,7 @@ func EffectiveNetwork(rec store.Sandbox) *Network {
 // NetworkLogs returns up to limit egress audit entries of a team's live
 // sandbox at or after start, oldest first.
 func (m *Manager) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
-	if _, err := m.lookup(teamID, id); err != nil {
+	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil {
 		return nil, err
 	}
 	if m.cfg.Audit == nil {

@@ -42,7 +42,7 @@ func (e *ResumeError) Unwrap() error { return e.Err }
 
 // Kill ends a team's sandbox and removes it, running or paused.
 func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (m *Manager) uncountLocked(teamID string) {
 // Pause pauses a running sandbox to disk, with its memory (keepMemory) or
 // only its files. It reports false if the sandbox was already paused.
 func (m *Manager) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return false, err
 	}
@@ -229,7 +229,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -247,7 +247,7 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
 		return store.Sandbox{}, false, err
 	}
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
@@ -564,7 +564,7 @@ func (m *Manager) reap() {
 		if r.Node != m.cfg.NodeName || r.State != store.StateRunning {
 			continue // paused sandboxes stay until killed, resumed or retired
 		}
-		l, err := m.lookupAny(r.ID)
+		l, err := m.lookup(store.AllTeams(), r.ID)
 		if err != nil {
 			continue
 		}

@@ -33,7 +33,7 @@ func startRunsc(t *testing.T, st store.Store, cfg Config) *env {
 // default user, and returns its output.
 func run(t *testing.T, m *Manager, rec store.Sandbox, script string) string {
 	t.Helper()
-	l, err := m.lookupAny(rec.ID)
+	l, err := m.lookup(store.AllTeams(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ sleep 0.5; cat /tmp/count`
 // after Pause has answered, holding the sandbox's lock).
 func released(t *testing.T, m *Manager, id string) {
 	t.Helper()
-	l, err := m.lookupAny(id)
+	l, err := m.lookup(store.AllTeams(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestPausedSandboxesSurviveARestart(t *testing.T) {
 	// midPause: the pause was recorded, then the restart came before
 	// the runtime acted. midResume: the resume was recorded (running,
 	// its files still named), then the restart came.
-	l, _ := e.mgr.lookupAny(midPause.ID)
+	l, _ := e.mgr.lookup(store.AllTeams(), midPause.ID)
 	inst := e.mgr.instance(l)
 	st.UpdateSandbox(ctx, midPause.ID, func(s *store.Sandbox) error {
 		s.State, s.PausedAt, s.Slot = store.StatePaused, time.Now(), ""

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // LogEntry is one line of a sandbox's log: envd's own messages and the
@@ -32,7 +34,7 @@ const (
 // Logs returns up to limit entries of a sandbox's log at or after start,
 // oldest first.
 func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]LogEntry, error) {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return nil, err
 	}

@@ -676,11 +676,12 @@ func (m *Manager) discard(inst *node.Instance) {
 // Get returns a team's sandbox. Killed sandboxes are not found, nor is
 // any for an empty team.
 func (m *Manager) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
-	if teamID == "" {
+	scope := store.ForTeam(teamID)
+	if scope.None() {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	rec, err := m.cfg.Store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (!scope.Covers(rec.TeamID) || !visible(rec.State))) {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return rec, err
@@ -693,33 +694,24 @@ func visible(s store.SandboxState) bool {
 // List returns a team's sandboxes matching f (whose TeamID it sets);
 // none for an empty team.
 func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	if teamID == "" {
+	f.Teams = store.ForTeam(teamID)
+	if f.Teams.None() {
 		return nil, nil
 	}
-	f.TeamID, f.AllTeams = teamID, false
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
 	return m.cfg.Store.ListSandboxes(ctx, f)
 }
 
-// lookup finds a team's live sandbox. An empty team matches none: only
-// the manager's own work (the reaper) acts on a sandbox of any team,
-// through lookupAny.
-func (m *Manager) lookup(teamID, id string) (*live, error) {
-	l, err := m.lookupAny(id)
-	if err != nil || teamID == "" || l.teamID != teamID {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return l, nil
-}
-
-// lookupAny finds a live sandbox of any team.
-func (m *Manager) lookupAny(id string) (*live, error) {
+// lookup finds a live sandbox in scope: a team's (store.ForTeam, where an
+// empty team matches none), or, for the manager's own work (the
+// reaper), store.AllTeams().
+func (m *Manager) lookup(scope store.TeamScope, id string) (*live, error) {
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
-	if l == nil {
+	if l == nil || !scope.Covers(l.teamID) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return l, nil
@@ -749,7 +741,7 @@ func later(a, b time.Time) time.Time {
 }
 
 func (m *Manager) moveEnd(ctx context.Context, teamID, id string, move func(time.Time) time.Time) error {
-	if _, err := m.lookup(teamID, id); err != nil {
+	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil {
 		return err
 	}
 	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -815,6 +807,34 @@ func newToken() string {
 type Extra struct {
 	Network *Network `json:"network,omitempty"`
 	MCP     any      `json:"mcp,omitempty"`
+	IAM     *IAM     `json:"iam,omitempty"`
+}
+
+// IAM is a sandbox's workload identity (the create's iam): the tokens
+// its egress rules may have the node mint, by name. It is fixed at
+// create (E2B: a fork does not inherit it).
+type IAM struct {
+	Tokens map[string]IAMToken `json:"tokens,omitempty"`
+}
+
+// IAMToken is one named token: its audience, kept exactly as given, and
+// its type (only identity.TokenType).
+type IAMToken struct {
+	Audience  string `json:"audience"`
+	TokenType string `json:"tokenType"`
+}
+
+// audiences is the tokens' audiences by name, as egress.Config takes
+// them.
+func (i *IAM) audiences() map[string]string {
+	if i == nil || len(i.Tokens) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(i.Tokens))
+	for name, t := range i.Tokens {
+		m[name] = t.Audience
+	}
+	return m
 }
 
 // Network is a sandbox's network configuration as the API gives it.

@@ -175,7 +175,7 @@ func (e *env) destroy() {
 	}
 	e.mgr.mu.Unlock()
 	for _, id := range ids {
-		l, err := e.mgr.lookupAny(id)
+		l, err := e.mgr.lookup(store.AllTeams(), id)
 		if err == nil {
 			err = e.mgr.kill(ctx, l)
 		}
@@ -214,7 +214,7 @@ func (e *env) waitWarm(n int) {
 
 // envdEnv asks envd for its default environment, with the sandbox's token.
 func envdEnv(t *testing.T, m *Manager, rec store.Sandbox) (int, string) {
-	l, err := m.lookupAny(rec.ID)
+	l, err := m.lookup(store.AllTeams(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestCreateRefusedBelowTheNodesReserve(t *testing.T) {
 	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "100 MB free") {
 		t.Fatalf("a create with 100 MB free above a 2048 MB reserve: %v (made %s)", err, rec.ID)
 	}
-	if l, _ := st.ListSandboxes(context.Background(), store.SandboxFilter{TeamID: "t1"}); len(l) != 0 {
+	if l, _ := st.ListSandboxes(context.Background(), store.SandboxFilter{Teams: store.ForTeam("t1")}); len(l) != 0 {
 		t.Errorf("a refused create left %d records", len(l))
 	}
 }

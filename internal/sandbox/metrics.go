@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // Metric is one sample of a sandbox's resource use.
@@ -87,7 +89,7 @@ func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 // Metrics returns a sandbox's samples between start and end (zero: open).
 // A sandbox not sampled yet is sampled now, so there is always one.
 func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]Metric, error) {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return nil, err
 	}

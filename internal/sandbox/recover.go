@@ -37,7 +37,7 @@ import (
 
 // recover reconciles the store with the node.
 func (m *Manager) recover(ctx context.Context) error {
-	recs, err := m.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{AllTeams: true, Node: m.cfg.NodeName})
+	recs, err := m.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{Teams: store.AllTeams(), Node: m.cfg.NodeName})
 	if err != nil {
 		return fmt.Errorf("sandbox: listing sandboxes: %w", err)
 	}

@@ -46,7 +46,7 @@ type Snapshot struct {
 // exist) with a copy of its disk (node.Snapshot); the sandbox runs on. A
 // paused sandbox is ErrConflict: resume it first.
 func (m *Manager) Snapshot(ctx context.Context, teamID, id, dir string) (Snapshot, error) {
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookup(store.ForTeam(teamID), id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -107,7 +107,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 	if timeout <= 0 || timeout > MaxTimeout {
 		return nil, fmt.Errorf("%w: timeout must be greater than 0 and at most %d seconds", ErrInvalid, int(MaxTimeout.Seconds()))
 	}
-	if _, err := m.lookup(teamID, id); err != nil { // before anything is made
+	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil { // before anything is made
 		return nil, err
 	}
 	snapID := forkSnapshotPrefix + NewID()

@@ -34,7 +34,7 @@ func TestVolumeMountsOnCreate(t *testing.T) {
 	e := start(t, st, Config{PoolSize: 1, Volumes: vols})
 	e.waitWarm(1)
 	ids := func() []string {
-		l, _ := st.ListSandboxes(ctx, store.SandboxFilter{TeamID: "t1"})
+		l, _ := st.ListSandboxes(ctx, store.SandboxFilter{Teams: store.ForTeam("t1")})
 		var out []string
 		for _, s := range l {
 			out = append(out, s.ID)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/secret"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -34,6 +35,8 @@ type egressParts struct {
 	kernel  *egress.KernelAudit
 	nw      *network.Manager
 	dns     []netip.Addr
+	// identity mints sandboxes' workload identity tokens.
+	identity *identity.Signer
 }
 
 // Audit retention: files of sandboxes that are gone are kept this long,
@@ -81,7 +84,7 @@ func (e *egressParts) start(nw *network.Manager, resolvers []netip.Addr, group u
 	e.nw, e.dns = nw, resolvers
 	p, err := egress.NewProxy(egress.ProxyConfig{
 		Refused: nw.Refused, Resolver: resolverFor(resolvers), CA: e.ca, RootCAs: e.roots,
-		Secrets: e.secrets.Resolve, Audit: e.audit, Logger: log,
+		Secrets: e.secrets.Resolve, Identity: e.identity.Mint, Audit: e.audit, Logger: log,
 	})
 	if err != nil {
 		return err

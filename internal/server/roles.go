@@ -117,7 +117,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	defer stopWebhooks()
 	// One pool of connections to the nodes, for calls and forwarded traffic.
 	nodeTransport := noderpc.NewTransport(cl.auth)
-	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter,
+	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter, PlacementTimeout: cfg.PlacementTimeout,
 		MaxPerTeam: cfg.MaxPerTeam, Logger: log})
 	if err != nil {
 		return err
@@ -135,10 +135,11 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		// the api fills itself is the volume root (shared storage).
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
+		JWKS: clusterJWKS(st), IdentityIssuer: issuer(cfg),
 	})), api.Timeouts{})
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
-	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
+	srvs, certs, err := publicServers(cfg, st, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
 	}

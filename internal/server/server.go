@@ -28,7 +28,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/clientaddr"
 	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/dashboard"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
+	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/ingress"
@@ -80,6 +83,11 @@ type Config struct {
 	// trusts, beside the system's, when it re-encrypts to a host that has
 	// rules (an internal service's CA).
 	EgressCAFile string
+	// IdentityTrustDomain is the SPIFFE trust domain of sandboxes'
+	// workload identity tokens (default: Domain); every process of a
+	// cluster takes the same. IdentityIssuer, if set, is their iss (the
+	// API's public URL), and the API then serves OpenID discovery.
+	IdentityTrustDomain, IdentityIssuer string
 	// VolumeRoot holds team volumes (default DATA/volumes); VolumeQuotaMB
 	// sizes new ones (0: no quota); MaxVolumesPerTeam bounds a team's.
 	VolumeRoot                       string
@@ -100,6 +108,9 @@ type Config struct {
 	// LostAfter is how long an api waits for a node's heartbeat before
 	// the node is lost.
 	LostAfter time.Duration
+	// PlacementTimeout bounds an api's placement of a create on the
+	// nodes (504 sandbox_placement_timeout past it); 0: no bound.
+	PlacementTimeout time.Duration
 	// NodeLabels label this node in the store (`warren nodes`).
 	NodeLabels map[string]string
 	// SandboxMaxConns bounds the connections each sandbox may have open
@@ -228,6 +239,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer eg.close()
+	// The node's workload identity key, kept in the data dir like its
+	// other keys; its public half is registered with the node below.
+	if eg.identity, err = identity.LoadSigner(cfg.DataDir, trustDomain(cfg), issuer(cfg)); err != nil {
+		return fmt.Errorf("workload identity (--identity-trust-domain): %w", err)
+	}
 	n, nw, err := newNode(cfg, images, envd, eg, log)
 	if err != nil {
 		return err
@@ -321,7 +337,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	member, err = cluster.Join(ctx, cluster.Config{
 		Store: st, Logger: log, Usage: usage, Drain: mgr.Drain,
 		Node: store.Node{Name: cfg.NodeName, Address: cfg.NodeAddr, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB,
-			MaxSandboxes: cfg.MaxSandboxes, DiskMB: int(diskMB), Labels: cfg.NodeLabels},
+			MaxSandboxes: cfg.MaxSandboxes, DiskMB: int(diskMB), Labels: cfg.NodeLabels, IdentityKey: eg.identity.JWK().String()},
 	})
 	if err != nil {
 		return err
@@ -389,8 +405,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
+		JWKS: clusterJWKS(st), IdentityIssuer: issuer(cfg),
 	}), api.Timeouts{})
-	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
+	srvs, certs, err := publicServers(cfg, st, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
 	}
@@ -435,12 +452,14 @@ func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slo
 // On each, the client's address is the TCP peer's, or, from a
 // --trusted-proxy, what its PROXY header or X-Forwarded-For says
 // (internal/clientaddr): the failed-authentication budgets are kept by it.
-func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
+func publicServers(cfg Config, st store.Store, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
 	trusted, err := clientaddr.New(cfg.TrustedProxies)
 	if err != nil {
 		return nil, nil, err
 	}
-	apiSrv.Handler = trusted.Handler(apiSrv.Handler)
+	// The dashboard shares the API's address; its page reaches envd
+	// through the proxy's handler, in process.
+	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiSrv.Handler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st}))
 	proxyHandler = trusted.Handler(proxyHandler)
 	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
 	if len(ls.tls) == 0 {

@@ -32,7 +32,10 @@ type Node struct {
 	// Capacity: DiskMB is the size of its data dir's file system.
 	CPUs, MemoryMB, MaxSandboxes, DiskMB int
 	// Labels are the operator's (--node-label).
-	Labels                    map[string]string
+	Labels map[string]string
+	// IdentityKey is the public key (a JWK, JSON) the node signs
+	// sandboxes' identity tokens with; "" for none.
+	IdentityKey               string
 	State                     NodeState
 	RegisteredAt, HeartbeatAt time.Time
 	// Use, as of the heartbeat: running sandboxes (warm ones included) and

@@ -12,7 +12,7 @@ func TestNodes(t *testing.T) {
 	forEach(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
 		a := Node{Name: "a", Address: "10.0.0.1:3010", Runtime: "runsc", CPUs: 2, MemoryMB: 4096, MaxSandboxes: 100,
-			DiskMB: 102400, Labels: map[string]string{"zone": "a", "warren.dev/disk": "ssd"}, RegisteredAt: t0, HeartbeatAt: t0}
+			DiskMB: 102400, Labels: map[string]string{"zone": "a", "warren.dev/disk": "ssd"}, IdentityKey: `{"kty":"EC"}`, RegisteredAt: t0, HeartbeatAt: t0}
 		if err := s.RegisterNode(ctx, a); err != nil {
 			t.Fatal(err)
 		}

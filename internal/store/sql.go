@@ -479,13 +479,11 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 	var where []string
 	var args []any
 	switch {
-	case f.AllTeams && f.TeamID != "":
-		return nil, errors.New("store: a sandbox filter of one team and all teams")
-	case !f.AllTeams && f.TeamID == "":
-		return nil, nil // an empty team matches nothing
-	case !f.AllTeams:
+	case f.Teams.None():
+		return nil, nil // no team matches nothing
+	case !f.Teams.All():
 		where = append(where, "team_id = ?")
-		args = append(args, f.TeamID)
+		args = append(args, f.Teams.Team())
 	}
 	if len(f.States) > 0 {
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(f.States)), ", ")

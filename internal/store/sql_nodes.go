@@ -10,14 +10,14 @@ import (
 )
 
 const nodeColumns = "name, address, runtime, cpus, memory_mb, max_sandboxes, state, registered_at, heartbeat_at, sandboxes, used_cpus, used_memory_mb, warm, " +
-	"disk_mb, labels, free_disk_mb"
+	"disk_mb, labels, free_disk_mb, identity_key"
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var registered, heartbeat int64
 	var state, warm, labels string
 	err := row.Scan(&n.Name, &n.Address, &n.Runtime, &n.CPUs, &n.MemoryMB, &n.MaxSandboxes, &state,
-		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB, &warm, &n.DiskMB, &labels, &n.FreeDiskMB)
+		&registered, &heartbeat, &n.Sandboxes, &n.UsedCPUs, &n.UsedMemoryMB, &warm, &n.DiskMB, &labels, &n.FreeDiskMB, &n.IdentityKey)
 	n.State, n.RegisteredAt, n.HeartbeatAt = NodeState(state), fromMS(registered), fromMS(heartbeat)
 	n.Warm = parseWarm(warm)
 	n.Labels = parsePairs(labels)
@@ -81,14 +81,14 @@ func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
 	if n.Name == "" {
 		return fmt.Errorf("store: a node without a name")
 	}
-	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (name) DO UPDATE SET address = excluded.address, runtime = excluded.runtime, cpus = excluded.cpus, "+
 		"memory_mb = excluded.memory_mb, max_sandboxes = excluded.max_sandboxes, heartbeat_at = excluded.heartbeat_at, "+
 		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb, warm = excluded.warm, "+
-		"disk_mb = excluded.disk_mb, labels = excluded.labels, free_disk_mb = excluded.free_disk_mb"),
+		"disk_mb = excluded.disk_mb, labels = excluded.labels, free_disk_mb = excluded.free_disk_mb, identity_key = excluded.identity_key"),
 		n.Name, n.Address, n.Runtime, n.CPUs, n.MemoryMB, n.MaxSandboxes, string(NodeReady),
 		ms(n.RegisteredAt), ms(n.HeartbeatAt), n.Sandboxes, n.UsedCPUs, n.UsedMemoryMB, formatWarm(n.Warm),
-		n.DiskMB, formatPairs(n.Labels), n.FreeDiskMB)
+		n.DiskMB, formatPairs(n.Labels), n.FreeDiskMB, n.IdentityKey)
 	return err
 }
 

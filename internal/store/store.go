@@ -152,15 +152,43 @@ type Sandbox struct {
 	VolumeMounts []VolumeMount
 }
 
+// TeamScope is whose sandboxes a listing covers: one team's (ForTeam) or
+// every team's (AllTeams), never both. The zero TeamScope matches
+// nothing, and so does ForTeam(""): a lookup without a team fails closed
+// whichever way it came to lack one.
+type TeamScope struct {
+	team string
+	all  bool
+}
+
+// ForTeam is team's sandboxes; an empty team matches nothing.
+func ForTeam(team string) TeamScope { return TeamScope{team: team} }
+
+// AllTeams is every team's sandboxes: for the server's own work over all
+// of them (a node adopting its sandboxes at its start), never for a
+// team's request.
+func AllTeams() TeamScope { return TeamScope{all: true} }
+
+// Team is the scope's one team: "" for all teams, or for none.
+func (s TeamScope) Team() string { return s.team }
+
+// All reports whether the scope is every team's.
+func (s TeamScope) All() bool { return s.all }
+
+// None reports whether the scope matches nothing.
+func (s TeamScope) None() bool { return !s.all && s.team == "" }
+
+// Covers reports whether a resource of team is in the scope: always for
+// all teams, never for none, else when it is the scope's team.
+func (s TeamScope) Covers(team string) bool {
+	return s.all || (s.team != "" && team == s.team)
+}
+
 // SandboxFilter selects sandboxes for ListSandboxes.
 type SandboxFilter struct {
-	// TeamID keeps only the team's sandboxes. An empty TeamID matches
-	// none, unless AllTeams is set.
-	TeamID string
-	// AllTeams lists every team's sandboxes (TeamID must then be empty):
-	// for the server's own work over all of them (a node adopting its
-	// sandboxes, the api's placement counts), never for a team's request.
-	AllTeams bool
+	// Teams is whose sandboxes it keeps: ForTeam(id), or AllTeams(). Its
+	// zero value, like ForTeam(""), matches nothing.
+	Teams TeamScope
 	// States, if set, keeps only sandboxes in one of them.
 	States []SandboxState
 	// Metadata keeps only sandboxes whose metadata has every pair.

@@ -284,7 +284,7 @@ func TestListSandboxesFiltersAndPages(t *testing.T) {
 		var seen []string
 		var after *Cursor
 		for page := 0; page < 10; page++ {
-			got, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Limit: 3, After: after})
+			got, err := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), Limit: 3, After: after})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,25 +300,25 @@ func TestListSandboxesFiltersAndPages(t *testing.T) {
 		if fmt.Sprint(seen) != "[sb00 sb01 sb02 sb03 sb04 sb05 sb06 sb07 sb08 sb09]" {
 			t.Errorf("pages gave %v", seen)
 		}
-		desc, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Desc: true, Limit: 2})
+		desc, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), Desc: true, Limit: 2})
 		if len(desc) != 2 || desc[0].ID != "sb09" || desc[1].ID != "sb08" {
 			t.Errorf("desc: %v", ids(desc))
 		}
-		odd, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", Metadata: map[string]string{"parity": "odd"}, Limit: 3})
+		odd, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), Metadata: map[string]string{"parity": "odd"}, Limit: 3})
 		if fmt.Sprint(ids(odd)) != "[sb01 sb03 sb05]" {
 			t.Errorf("metadata filter: %v", ids(odd))
 		}
-		paused, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", States: []SandboxState{StatePaused}})
+		paused, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), States: []SandboxState{StatePaused}})
 		if fmt.Sprint(ids(paused)) != "[sb09]" {
 			t.Errorf("state filter: %v", ids(paused))
 		}
-		late, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", StartedAfter: t0.Add(4 * time.Second)})
+		late, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), StartedAfter: t0.Add(4 * time.Second)})
 		if fmt.Sprint(ids(late)) != "[sb08 sb09]" {
 			t.Errorf("startedAfter filter (inclusive): %v", ids(late))
 		}
 		s.UpdateSandbox(ctx, "sb03", func(sb *Sandbox) error { sb.TemplateID = "other-tmpl"; sb.Node = "n2"; return nil })
-		byTemplate, _ := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", TemplateID: "other-tmpl"})
-		byNode, _ := s.ListSandboxes(ctx, SandboxFilter{AllTeams: true, Node: "n2"})
+		byTemplate, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), TemplateID: "other-tmpl"})
+		byNode, _ := s.ListSandboxes(ctx, SandboxFilter{Teams: AllTeams(), Node: "n2"})
 		if fmt.Sprint(ids(byTemplate), ids(byNode)) != "[sb03] [sb03]" {
 			t.Errorf("template filter: %v, node filter: %v", ids(byTemplate), ids(byNode))
 		}
@@ -349,13 +349,17 @@ func TestListSandboxesEmptyTeamMatchesNothing(t *testing.T) {
 			if err != nil || len(got) != 0 {
 				t.Errorf("no team, %s: %v %v; want none", name, ids(got), err)
 			}
-			f.AllTeams = true
+			f.Teams = AllTeams()
 			if got, err := s.ListSandboxes(ctx, f); err != nil || fmt.Sprint(ids(got)) != "[sb-team1 sb-team2]" {
 				t.Errorf("all teams, %s: %v %v", name, ids(got), err)
 			}
 		}
-		if got, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team1", AllTeams: true}); err == nil {
-			t.Errorf("one team and all teams: %v, want an error", ids(got))
+		// ForTeam("") is no way around it.
+		if got, err := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam(""), Node: "n1"}); err != nil || len(got) != 0 {
+			t.Errorf(`ForTeam(""): %v %v; want none`, ids(got), err)
+		}
+		if got, err := s.ListSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1")}); err != nil || fmt.Sprint(ids(got)) != "[sb-team1]" {
+			t.Errorf("team1: %v %v", ids(got), err)
 		}
 	})
 }
@@ -376,5 +380,27 @@ func TestMigrationsAreIdempotent(t *testing.T) {
 			t.Fatalf("open #%d: %v", i+1, err)
 		}
 		s.Close()
+	}
+}
+
+func TestTeamScopeCovers(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		scope TeamScope
+		team  string
+		want  bool
+	}{
+		{"its team", ForTeam("t1"), "t1", true},
+		{"another team", ForTeam("t1"), "t2", false},
+		{"an empty team's resource", ForTeam("t1"), "", false},
+		{"the empty team", ForTeam(""), "", false},
+		{"the empty team, another's resource", ForTeam(""), "t1", false},
+		{"the zero scope", TeamScope{}, "t1", false},
+		{"the zero scope, an empty team's resource", TeamScope{}, "", false},
+		{"all teams", AllTeams(), "t1", true},
+	} {
+		if got := c.scope.Covers(c.team); got != c.want {
+			t.Errorf("%s: Covers(%q) = %v, want %v", c.name, c.team, got, c.want)
+		}
 	}
 }

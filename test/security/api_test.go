@@ -79,7 +79,8 @@ func do(req *http.Request) (apiResponse, error) {
 }
 
 // opaque500 is the only body a 500 may have.
-var opaque500 = regexp.MustCompile(`^internal error \(request ([^()\s]+)\)$`)
+// A start failure's carries E2B's fixed prefix (api.placePrefix) first.
+var opaque500 = regexp.MustCompile(`^(?:Failed to place sandbox: sandbox creation failed, please retry; )?internal error \(request ([^()\s]+)\)$`)
 
 // checkErrorBody fails the test unless a non-2xx answer is E2B's
 // {"code","message"} with the status as code, and a 500 says nothing but
@@ -362,7 +363,7 @@ func (v *server) slotReused(sb *sandbox) bool {
 		return false
 	}
 	for _, tm := range teams {
-		l, err := st.ListSandboxes(ctx, store.SandboxFilter{TeamID: tm.ID, States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateCreating}})
+		l, err := st.ListSandboxes(ctx, store.SandboxFilter{Teams: store.ForTeam(tm.ID), States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateCreating}})
 		if err != nil {
 			return false
 		}

@@ -184,7 +184,7 @@ func (s *suite) liveSandboxes() map[string]bool {
 	defer st.Close()
 	live := map[string]bool{}
 	for _, tm := range []team{s.teamA, s.teamB, s.teamC} {
-		l, err := st.ListSandboxes(ctx, store.SandboxFilter{TeamID: tm.id,
+		l, err := st.ListSandboxes(ctx, store.SandboxFilter{Teams: store.ForTeam(tm.id),
 			States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateCreating}})
 		if err != nil {
 			return nil

@@ -203,7 +203,10 @@ type NewSandbox struct {
 	AutoResume          *struct {
 		Enabled *bool `json:"enabled,omitempty"`
 	} `json:"autoResume,omitempty"`
-	EnvVars    *StringMap              `json:"envVars,omitempty"`
+	EnvVars *StringMap `json:"envVars,omitempty"`
+
+	// Iam Workload identity; a non-empty tokens map enables it.
+	Iam        *SandboxIam             `json:"iam,omitempty"`
 	Mcp        *map[string]interface{} `json:"mcp,omitempty"`
 	Metadata   *StringMap              `json:"metadata,omitempty"`
 	Network    *SandboxNetworkConfig   `json:"network,omitempty"`
@@ -302,6 +305,18 @@ type SandboxEgressProxyConfig struct {
 type SandboxForkResult struct {
 	Error   *Error   `json:"error,omitempty"`
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// SandboxIam Workload identity; a non-empty tokens map enables it.
+type SandboxIam struct {
+	// Tokens Named workload-token definitions, by a caller-chosen name.
+	Tokens *map[string]SandboxIamToken `json:"tokens,omitempty"`
+}
+
+// SandboxIamToken defines model for SandboxIamToken.
+type SandboxIamToken struct {
+	Audience  string `json:"audience"`
+	TokenType string `json:"tokenType"`
 }
 
 // SandboxLifecycle defines model for SandboxLifecycle.

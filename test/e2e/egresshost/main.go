@@ -18,6 +18,12 @@
 //     names with the DNS host. http://198.18.14.2:9000/ answers
 //     {"tunnels": N, "targets": [...]}, each target as it was asked for
 //     ("name:port" or "ip:port").
+//   - GET /__svid on web1 and web2 verifies the request's Authorization:
+//     Bearer JWT-SVID against the JWKS at the URL the file JWKSFile
+//     holds (the test writes it once its Warren is up): ES256 by a key of
+//     the set, unexpired, audience https://api.example.test, a spiffe://
+//     subject. It answers {"sub","aud","exp","iat"} or 401 with the
+//     reason, and never the token.
 //   - socksPrivate (10.214.0.2): a SOCKS5 proxy on 1080 that wants no
 //     credentials, at a private address (refused unless allowed).
 //
@@ -55,6 +61,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/warren-sandbox/warren/internal/network/testhost"
 )
 
@@ -71,6 +79,7 @@ type output struct {
 	Web1, Web2, DNS, Proxy string
 	Socks, SocksPrivate    string
 	CAFile, ResolvConf     string
+	JWKSFile               string
 }
 
 func run(prefix string) error {
@@ -99,7 +108,8 @@ func run(prefix string) error {
 	}
 	out := output{Web1: "198.18.10.2", Web2: "198.18.11.2", DNS: "198.18.12.2", Proxy: "198.18.13.2",
 		Socks: "198.18.14.2", SocksPrivate: "10.214.0.2",
-		CAFile: filepath.Join(dir, "ca.pem"), ResolvConf: filepath.Join(dir, "resolv.conf")}
+		CAFile: filepath.Join(dir, "ca.pem"), ResolvConf: filepath.Join(dir, "resolv.conf"), JWKSFile: filepath.Join(dir, "jwks-url")}
+	jwksFile = out.JWKSFile
 	for name, addr := range map[string]string{"web1": out.Web1, "web2": out.Web2} {
 		h, err := open(name[:1]+name[3:], addr)
 		if err != nil {
@@ -182,6 +192,9 @@ func (w *web) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/__stats":
 		fmt.Fprintf(rw, `{"requests":%d}`, w.requests.Load())
+		return
+	case "/__svid":
+		verifySVID(rw, r)
 		return
 	case "/bytes":
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
@@ -454,4 +467,79 @@ func readField(c net.Conn, auth bool) string {
 		return ""
 	}
 	return string(s)
+}
+
+// jwksFile holds the URL of the JWKS the SVID verifier trusts.
+var jwksFile string
+
+// svidAudience is the audience the verifier wants.
+const svidAudience = "https://api.example.test"
+
+// verifySVID is a relying party: it checks a JWT-SVID the way any
+// service would, with a JWT library and the issuer's JWKS, and nothing
+// of Warren's code.
+func verifySVID(rw http.ResponseWriter, r *http.Request) {
+	fail := func(msg string) {
+		rw.WriteHeader(http.StatusUnauthorized)
+		json.NewEncoder(rw).Encode(map[string]string{"error": msg})
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		fail("no bearer token")
+		return
+	}
+	keys, err := fetchJWKS()
+	if err != nil {
+		fail("jwks: " + err.Error())
+		return
+	}
+	var c jwt.RegisteredClaims
+	_, err = jwt.ParseWithClaims(tok, &c, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		if k, ok := keys[kid]; ok {
+			return k, nil
+		}
+		return nil, fmt.Errorf("no key %q in the JWKS", kid)
+	}, jwt.WithValidMethods([]string{"ES256"}), jwt.WithAudience(svidAudience), jwt.WithExpirationRequired(), jwt.WithIssuedAt())
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	if !strings.HasPrefix(c.Subject, "spiffe://") {
+		fail("the subject is not a SPIFFE ID")
+		return
+	}
+	json.NewEncoder(rw).Encode(map[string]any{"sub": c.Subject, "aud": c.Audience, "exp": c.ExpiresAt.Unix(), "iat": c.IssuedAt.Unix(), "iss": c.Issuer})
+}
+
+func fetchJWKS() (map[string]*ecdsa.PublicKey, error) {
+	u, err := os.ReadFile(jwksFile)
+	if err != nil {
+		return nil, errors.New("no JWKS URL yet")
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	res, err := c.Get(strings.TrimSpace(string(u)))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var set struct {
+		Keys []struct{ Kty, Crv, X, Y, Kid string }
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&set); err != nil {
+		return nil, err
+	}
+	keys := map[string]*ecdsa.PublicKey{}
+	for _, k := range set.Keys {
+		x, err1 := base64.RawURLEncoding.DecodeString(k.X)
+		y, err2 := base64.RawURLEncoding.DecodeString(k.Y)
+		if k.Kty != "EC" || k.Crv != "P-256" || err1 != nil || err2 != nil {
+			continue
+		}
+		pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
+		if err == nil {
+			keys[k.Kid] = pub
+		}
+	}
+	return keys, nil
 }

@@ -9,7 +9,12 @@
 // snapshot, with its processes; a volume is shared by
 // sandboxes on both nodes; `kill -9` of a node makes its sandboxes gone (404)
 // within the lost timeout while the other node serves and takes the new
-// creates, and the node's restart brings them back.
+// creates, and the node's restart brings them back. Egress on either node
+// goes through a SOCKS5 egressProxy; a workload identity token minted on
+// either node verifies against the api's JWKS (every node's key); an api
+// whose placement times out (a node that hangs) answers 504
+// sandbox_placement_timeout. Sandbox.create({ mcp }) works through the
+// api: the gateway on a node, reached through the api's proxy.
 import { afterAll, afterEach, beforeAll, beforeEach, expect, test } from 'vitest'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
@@ -17,14 +22,42 @@ import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
+import { startEgressHosts } from '../setup/egress-hosts.mjs'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { buildSync } from 'esbuild'
+import { createRequire } from 'node:module'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+// The apis place by the nodes' states in the store, read at most 500 ms
+// before (internal/dispatch nodesTTL); a node that believes itself
+// cordoned asks the store again before it refuses (cluster.Member.Admit).
+// So a cordon or an uncordon is in force for placement after this, with
+// no heartbeat to wait for.
+const apisSeeNodeStates = () => sleep(700)
+// until polls check (every 200 ms, at most 15 s) until it holds.
+async function until(what, check) {
+  let last
+  for (const end = Date.now() + 15_000; Date.now() < end; await sleep(200)) {
+    try {
+      if (await check()) return
+    } catch (e) {
+      last = e
+    }
+  }
+  throw new Error(`not within 15 s: ${what}${last ? `: ${last.message}` : ''}`)
+}
 
-let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI
+let c, nodes, apis, nodeOf, nodeRow, warrenNodes, startNode, startAPI, hosts
 beforeAll(async () => {
-  // Webhooks to the test's loopback receiver are allowed (issue 25).
-  c = await startCluster({ nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2,
-    extraArgs: ['--webhook-allow-cidr', '127.0.0.0/8'] })
+  // Stand-in internet hosts (198.18.0.0/15) for the egress test.
+  hosts = await startEgressHosts({ prefix: 'e24' })
+  c = await startCluster({
+    nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2,
+    nodeArgs: ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile],
+    // Webhooks to the test's loopback receiver are allowed (issue 25).
+    extraArgs: ['--webhook-allow-cidr', '127.0.0.0/8'],
+  })
   ;({ nodes, apis, nodeOf, nodeRow, warrenNodes } = c)
   startNode = c.startNode
   startAPI = c.startAPI
@@ -32,6 +65,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await c?.stop()
+  await hosts?.stop()
 }, 120_000)
 
 // A failed test prints what the cluster's processes warned of, and where
@@ -58,7 +92,7 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
   for (const s of sbxs) (byNode[nodeOf(s.sandboxId)] ??= []).push(s)
   expect(Object.keys(byNode).sort()).toEqual(['na', 'nb'])
   // `warren nodes` counts them once the nodes' heartbeats have.
-  await sleep(2500)
+  await until('the heartbeats count the sandboxes', () => ['na', 'nb'].every((name) => Number(nodeRow(name)[2]) >= byNode[name].length))
   for (const name of ['na', 'nb']) {
     const row = nodeRow(name) // NAME STATE SANDBOXES ADDRESS RUNTIME FREE_CPU FREE_MEMORY_MB FREE_DISK_MB LABELS …
     expect(Number(row[2])).toBeGreaterThanOrEqual(byNode[name].length)
@@ -170,7 +204,7 @@ test('cordon stops placement on a node; uncordon brings it back', async () => {
   } finally {
     warrenNodes('uncordon', 'na')
   }
-  await sleep(2500) // the node follows its state at its next heartbeat
+  await apisSeeNodeStates()
   const again = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)))
   expect(new Set(again.map((s) => nodeOf(s.sandboxId)))).toContain('na')
   await Promise.all(again.map((s) => s.kill()))
@@ -232,7 +266,7 @@ test('a template built through the api runs on its node, and on the other once i
   const other = home === 'na' ? 'nb' : 'na'
   warrenNodes('cordon', home)
   try {
-    await sleep(2500) // the node follows its state at its next heartbeat
+    await apisSeeNodeStates()
     const s = await Sandbox.create(name, two.opts)
     expect(nodeOf(s.sandboxId)).toBe(other)
     await check(s) // its layers and its checkpoint came along
@@ -240,7 +274,7 @@ test('a template built through the api runs on its node, and on the other once i
   } finally {
     warrenNodes('uncordon', home)
   }
-  await sleep(2500)
+  await apisSeeNodeStates()
 
   // A snapshot starts on either node: the other pulls its checkpoint.
   const p = await Sandbox.create(one.opts)
@@ -251,7 +285,7 @@ test('a template built through the api runs on its node, and on the other once i
   const elsewhere = at === 'na' ? 'nb' : 'na'
   warrenNodes('cordon', at)
   try {
-    await sleep(2500)
+    await apisSeeNodeStates()
     const child = await Sandbox.create(snap.snapshotId, one.opts)
     expect(nodeOf(child.sandboxId)).toBe(elsewhere)
     expect(await child.files.read('/home/user/snap.txt')).toBe('from ' + p.sandboxId)
@@ -329,8 +363,127 @@ test('kill -9 of a node: its sandboxes are gone within the lost timeout, the oth
 
   // The node's restart adopts its sandboxes: they are back.
   await startNode('na')
-  await sleep(2500)
-  const back = await Sandbox.connect(onA[0].sandboxId, opts)
+  let back
+  await until('the restarted node serves its sandbox again', async () => (back = await Sandbox.connect(onA[0].sandboxId, opts)))
   expect((await back.commands.run('echo back')).stdout).toBe('back\n')
   await Promise.all([...sbxs, ...fresh].map((s) => s.kill()))
 }, 180_000)
+
+// createOn makes sandboxes with opts until one is on each node.
+async function oneOnEach(opts) {
+  const made = []
+  const on = (name) => made.find((s) => nodeOf(s.sandboxId) === name)
+  while ((!on('na') || !on('nb')) && made.length < 12) made.push(await Sandbox.create(opts))
+  expect(on('na')).toBeDefined()
+  expect(on('nb')).toBeDefined()
+  return { made, na: on('na'), nb: on('nb') }
+}
+
+test('egress on either node: a SOCKS5 egressProxy with and without a password, a wrong one refused; identity tokens verify against the api\'s JWKS', async () => {
+  const opts = apis[0].opts
+  const curl = async (s, url) => s.commands.run(`curl -sS --max-time 10 ${url}`).then((r) => r.stdout, (e) => `exit ${e.exitCode}`)
+  const tunnels = async () => (await (await fetch(`http://${hosts.Socks}:9000/`)).json()).tunnels
+  // The api's JWKS holds every node's identity key.
+  const jwks = await (await fetch(`${opts.apiUrl}/.well-known/jwks.json`)).json()
+  expect(jwks.keys.length).toBe(2)
+  writeFileSync(hosts.JWKSFile, `${opts.apiUrl}/.well-known/jwks.json`)
+  const audience = 'https://api.example.test'
+  const { made, na, nb } = await oneOnEach({
+    ...opts,
+    iam: { tokens: { api: { audience, tokenType: 'JWT-SVID' } } },
+    network: {
+      egressProxy: { address: `${hosts.Socks}:1080`, username: 'user', password: 's0cks-pw-7Q' },
+      rules: { 'api.example.test': [{ transform: ({ iam }) => ({ headers: { Authorization: `Bearer ${iam.tokens.api}` } }) }] },
+    },
+  })
+  try {
+    for (const s of [na, nb]) {
+      const before = await tunnels()
+      expect(await curl(s, `http://${hosts.Web1}/`)).toContain('server=web1')
+      expect(await tunnels()).toBeGreaterThan(before)
+      // Minted by the sandbox's node, verified by a relying party
+      // against the api's JWKS.
+      const v = JSON.parse(await curl(s, 'http://api.example.test/__svid'))
+      expect(v.sub).toMatch(new RegExp(`/sandbox/${s.sandboxId}$`))
+    }
+  } finally {
+    await Promise.all(made.map((s) => s.kill()))
+  }
+  // Without a password; and a wrong one fails closed.
+  const open = await oneOnEach({ ...opts, network: { egressProxy: { address: `${hosts.Socks}:1081` } } })
+  const wrong = await Sandbox.create({ ...opts, network: { egressProxy: { address: `${hosts.Socks}:1080`, username: 'user', password: 'wrong' } } })
+  try {
+    for (const s of [open.na, open.nb]) expect(await curl(s, `http://${hosts.Web2}/`)).toContain('server=web2')
+    expect(await curl(wrong, `http://${hosts.Web2}/`)).toMatch(/^exit [1-9]/)
+  } finally {
+    await Promise.all([...open.made, wrong].map((s) => s.kill()))
+  }
+}, 120_000)
+
+test('Sandbox.create({ mcp }) through the api: an npm MCP server listed and called from the gateway on its node', async () => {
+  const opts = apis[0].opts
+  // The npm server pre-pulled into a template FROM mcp-gateway, as in
+  // mcp.test.mjs (sandboxes here reach no registry).
+  const key = 'github/modelcontextprotocol/servers'
+  const ctx = mkdtempSync(path.join(os.tmpdir(), 'warren-cluster-mcp-'))
+  try {
+    buildSync({
+      entryPoints: [createRequire(import.meta.url).resolve('@modelcontextprotocol/server-memory/dist/index.js')],
+      bundle: true, platform: 'node', target: 'node18', format: 'esm', logLevel: 'error',
+      outfile: path.join(ctx, 'memory-server.mjs'),
+      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    })
+    const name = `cluster-mcp-${Date.now()}`
+    await Template.build(Template({ fileContextPath: ctx }).fromTemplate('mcp-gateway')
+      .copy('memory-server.mjs', '/home/user/mcp-servers/modelcontextprotocol/servers/', { user: 'user' }), name, { ...opts })
+    const sbx = await Sandbox.create({ ...opts, template: name, mcp: { [key]: { runCmd: 'node memory-server.mjs' } } })
+    try {
+      // getMcpUrl() is https://50005-<id>.<domain>; this cluster's api
+      // serves its proxy over HTTP: the same port through it by headers.
+      const transport = new StreamableHTTPClientTransport(new URL(`${opts.sandboxUrl}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${await sbx.getMcpToken()}`, 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005' } },
+      })
+      const client = new Client({ name: 'warren-cluster-e2e', version: '1.0.0' })
+      await client.connect(transport)
+      try {
+        const prefix = 'github-modelcontextprotocol-servers__'
+        expect((await client.listTools()).tools.map((t) => t.name)).toContain(`${prefix}read_graph`)
+        const graph = await client.callTool({ name: `${prefix}read_graph`, arguments: {} })
+        expect(JSON.parse(graph.content[0].text)).toEqual({ entities: [], relations: [] })
+      } finally {
+        await client.close()
+      }
+    } finally {
+      await sbx.kill()
+    }
+  } finally {
+    rmSync(ctx, { recursive: true, force: true })
+  }
+}, 180_000)
+
+test('an api whose placement times out (the node hangs) answers 504 sandbox_placement_timeout', async () => {
+  // Its own flag for this start only: the tests above need no bound.
+  await c.apis[1].proc.stop()
+  await startAPI(1, ['--placement-timeout', '3s'])
+  const opts = apis[1].opts
+  warrenNodes('cordon', 'na')
+  nodes.nb.proc.proc.kill('SIGSTOP')
+  try {
+    const t0 = Date.now()
+    const res = await fetch(`${opts.apiUrl}/sandboxes`, {
+      method: 'POST', headers: { 'X-API-Key': opts.apiKey, 'Content-Type': 'application/json' }, body: JSON.stringify({ templateID: 'base' }),
+    })
+    const body = await res.json()
+    expect(res.status).toBe(504)
+    expect(body).toMatchObject({ code: 504, error_code: 'sandbox_placement_timeout' })
+    expect(body.message).toMatch(/^Failed to place sandbox: /)
+    expect(Date.now() - t0).toBeLessThan(10_000)
+  } finally {
+    nodes.nb.proc.proc.kill('SIGCONT')
+    warrenNodes('uncordon', 'na')
+  }
+  // Nothing is left of the abandoned create once the node runs again.
+  await sleep(3000)
+  for (let i = 0; i < 20 && (await Sandbox.list(opts).nextItems()).length > 0; i++) await sleep(500)
+  expect(await Sandbox.list(opts).nextItems()).toEqual([])
+}, 60_000)

@@ -2,7 +2,8 @@
 // the official SDK against a real `warren serve` of this file's own (its
 // resolver and the test CA are flags), with stand-in internet hosts in
 // network namespaces (198.18.0.0/15): nothing leaves the machine.
-import { readFile } from 'node:fs/promises'
+import { readFile, writeFile } from 'node:fs/promises'
+import crypto from 'node:crypto'
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { Sandbox, Secret } from 'e2b'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
@@ -15,6 +16,8 @@ const sandboxes = []
 beforeAll(async () => {
   hosts = await startEgressHosts({ prefix: 'e14' })
   w = await startWarren({ instance: 'egr', net16: 124, poolSize: 1, extraArgs: warrenArgs() })
+  // The relying party on web1 trusts this Warren's identity keys.
+  await writeFile(hosts.JWKSFile, `${w.apiUrl}/.well-known/jwks.json`)
 }, 240_000)
 
 // The private SOCKS5 host is the one private address this Warren lets
@@ -208,6 +211,57 @@ describe('secrets and rules', () => {
     await Secret.update(name, `${canary}-v2`, opts())
     await new Promise((r) => setTimeout(r, 6000)) // past the proxy's cache on another node
     expect(await reaches(sbx, 'http://api.example.test/')).toContain(`Bearer ${canary}-v2`)
+  })
+})
+
+describe('workload identity', () => {
+  const audience = 'https://api.example.test' // what web1's verifier wants
+  test('iam.tokens: a fresh JWT-SVID per request, verified against the JWKS by a relying party; the sandbox never holds one', async () => {
+    // The keys are public: no credentials.
+    const jwks = await (await fetch(`${w.apiUrl}/.well-known/jwks.json`)).json()
+    expect(jwks.keys.length).toBeGreaterThan(0)
+    expect(jwks.keys[0]).toMatchObject({ kty: 'EC', crv: 'P-256', alg: 'ES256', use: 'sig' })
+    const sbx = await create({
+      iam: { tokens: { api: Secret.iamToken({ audience, tokenType: 'JWT-SVID' }) } },
+      network: {
+        allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'],
+        rules: { 'api.example.test': [{ transform: ({ iam }) => ({ headers: { Authorization: `Bearer ${iam.tokens.api}` } }) }] },
+      },
+    })
+    const one = JSON.parse(await reaches(sbx, 'http://api.example.test/__svid'))
+    expect(one.sub).toMatch(new RegExp(`^spiffe://[a-z0-9._-]+/team/[A-Za-z0-9._-]+/sandbox/${sbx.sandboxId}$`))
+    expect(one.aud).toEqual([audience])
+    expect(one.exp - one.iat).toBe(300)
+    // Over HTTPS too (the proxy terminates TLS for a host with rules).
+    const two = JSON.parse(await reaches(sbx, 'https://api.example.test/__svid'))
+    expect(two.sub).toBe(one.sub)
+    // The sandbox holds no token: not in any process's environment or
+    // command line, nor in its files (a JWT-SVID's header starts so; the
+    // command spells it and its marker so as not to find itself).
+    const jwtHead = 'eyJhbGciOiJFUzI1NiIs'
+    const seen = await sbx.commands.run(`env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'; h=${jwtHead.slice(0, 10)}; grep -rls "\${h}${jwtHead.slice(10)}" /etc /run /tmp /root /home /var 2>/dev/null | sed "s/^/HIT$((1+1)):/"; true`)
+    expect(seen.stdout).not.toContain(jwtHead)
+    expect(seen.stdout).not.toContain('HIT2:')
+    expect(JSON.stringify(await Sandbox.getInfo(sbx.sandboxId, opts()))).not.toContain(jwtHead)
+
+    // Hostile: a token signed by another key that names a published
+    // kid, sent to the relying party from here, is refused.
+    const { privateKey } = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url')
+    const now = Math.floor(Date.now() / 1000)
+    const unsigned = `${b64({ alg: 'ES256', kid: jwks.keys[0].kid, typ: 'JWT' })}.${b64({ sub: one.sub, aud: [audience], iat: now, exp: now + 300 })}`
+    const forged = `${unsigned}.${crypto.sign('sha256', Buffer.from(unsigned), { key: privateKey, dsaEncoding: 'ieee-p1363' }).toString('base64url')}`
+    const res = await fetch(`http://${hosts.Web1}/__svid`, { headers: { Authorization: `Bearer ${forged}` } })
+    expect(res.status).toBe(401)
+    expect((await res.json()).error).toMatch(/signature/)
+  })
+
+  test('a token name the create did not ask for, or another type, is refused', async () => {
+    const iam = { tokens: { api: { audience, tokenType: 'JWT-SVID' } } }
+    const network = { rules: { 'api.example.test': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.other}' } } }] } }
+    await expect(Sandbox.create({ ...opts(), iam, network })).rejects.toThrow(/not in the sandbox's iam.tokens/)
+    await expect(Sandbox.create({ ...opts(), iam: { tokens: { api: { audience, tokenType: 'OIDC' } } } })).rejects.toThrow(/only "JWT-SVID" is supported/)
+    await expect(Sandbox.create({ ...opts(), network })).rejects.toThrow(/not in the sandbox's iam.tokens/)
   })
 })
 

@@ -3,6 +3,8 @@
 // E2B's error_code sandbox_capacity_unavailable, which the SDK raises as
 // ServiceBusyError (it keeps the message, not the code: the code is seen
 // in the raw answer).
+import { execFileSync } from 'node:child_process'
+import { writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Sandbox, ServiceBusyError } from 'e2b'
 import { killAll, startWarren } from '../setup/start-warren.mjs'
@@ -69,5 +71,33 @@ describe('capacity', () => {
       await Sandbox.kill(other.sandboxId, opts).catch(() => {})
       await Sandbox.kill(paused.sandboxId, opts).catch(() => {})
     }
+  }, 120_000)
+})
+
+describe('create failed', () => {
+  // A real cause: the node tries and fails. A paused sandbox whose memory
+  // checkpoint was damaged on disk cannot be restored: 500
+  // sandbox_create_failed (E2B's code for a node that tried and failed),
+  // and the sandbox is still paused, not half-resumed.
+  test('a resume whose checkpoint is damaged: 500 sandbox_create_failed; it stays paused', async () => {
+    const sbx = await Sandbox.create(opts)
+    try {
+      await sbx.pause()
+      const images = execFileSync('find', [w.dataDir, '-name', 'checkpoint.img', '-path', `*${sbx.sandboxId}*`], { encoding: 'utf8' }).split('\n').filter(Boolean)
+      expect(images.length).toBe(1)
+      writeFileSync(images[0], 'not a checkpoint')
+      const raw = await api('POST', `/sandboxes/${sbx.sandboxId}/connect`, { timeout: 60 })
+      expect(raw.status).toBe(500)
+      expect(raw.body.code).toBe(500)
+      expect(raw.body.error_code).toBe('sandbox_create_failed')
+      expect(raw.body.message).toMatch(/could not be resumed: .* failed; it is still paused/)
+      expect(raw.body.message).not.toContain(w.dataDir) // no host path reaches a client
+      expect((await Sandbox.getInfo(sbx.sandboxId, opts)).state).toBe('paused')
+    } finally {
+      await Sandbox.kill(sbx.sandboxId, opts).catch(() => {})
+    }
+    // Nothing left running: the node has room for a new one at once.
+    const next = await Sandbox.create(opts)
+    await next.kill()
   }, 120_000)
 })

@@ -14,8 +14,9 @@ import { freePort, newDataDir, spawnWarren, unmountBelow, warrenBinary } from '.
 export const psql = (sql, dbname = 'postgres') =>
   execFileSync('psql', ['-h', '/var/run/postgresql', '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
-// nodes: { name: { prefix, net16 } }; apis: how many api processes.
-export async function startCluster({ nodes, apis = 1, poolSize = 1, extraArgs = [] }) {
+// nodes: { name: { prefix, net16 } }; apis: how many api processes;
+// nodeArgs: more flags for every node; extraArgs: for every process.
+export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], extraArgs = [] }) {
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
   const db = `warren_e2e_cluster_${process.pid}_${randomBytes(3).toString('hex')}`
@@ -43,12 +44,13 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, extraArgs = 
         '--metrics-addr', `127.0.0.1:${n.metricsPort}`,
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
-        '--pool-size', String(poolSize), ...shared,
+        '--pool-size', String(poolSize), ...shared, ...nodeArgs,
       ], { env, healthUrl: `http://127.0.0.1:${n.port}/health` })
     },
-    // startAPI starts (or restarts, same ports) api process i; its
-    // opts are the SDK's connection options.
-    async startAPI(i) {
+    // startAPI starts (or restarts, same ports) api process i, with
+    // extra flags for this start; its opts are the SDK's connection
+    // options.
+    async startAPI(i, extra = []) {
       const a = c.apis[i]
       a.port ??= await freePort()
       a.proxyPort ??= await freePort()
@@ -59,7 +61,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, extraArgs = 
       a.proc = await spawnWarren([
         'serve', '--role', 'api', '--store', storeURL, '--data-dir', a.dataDir,
         '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`,
-        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, '--log-level', 'debug', ...shared,
+        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, '--log-level', 'debug', ...shared, ...extra,
       ], { env, healthUrl: `http://127.0.0.1:${a.port}/health` })
       a.opts = { apiUrl: `http://127.0.0.1:${a.port}`, sandboxUrl: `http://127.0.0.1:${a.proxyPort}`, apiKey }
     },
