@@ -96,3 +96,7 @@ echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1
 echo
 echo "## the web dashboard in headless Chromium: first load, the list of 1,000 sandboxes, server CPU of 10 open dashboards (real warren serve)"
 (cd test/e2e && node bench/dashboard.mjs)
+
+echo
+echo "## lifecycle event → webhook delivery: ${WEBHOOK_RATE:-1000} events/min for ${WEBHOOK_SECONDS:-30} s to a loopback receiver, alone and beside a 10 s endpoint (SDK, real warren serve)"
+(cd test/e2e && node bench/webhooks.mjs)

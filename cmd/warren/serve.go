@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/template"
 	"github.com/warren-sandbox/warren/internal/volume"
+	"github.com/warren-sandbox/warren/internal/webhook"
 )
 
 // registryList is --allow-insecure-registry: repeatable, each HOST[:PORT].
@@ -108,6 +109,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Int64Var(&f.TeamDiskQuotaMB, "team-disk-quota-mb", 51200, "MB of the nodes' disks one team's volumes (their whole quota), paused sandboxes, templates and snapshots may take: at or over it, volume creates, pauses, snapshots and template builds get 507 (soft: what is being made may overshoot until the next request); 0: no quota")
 	fs.DurationVar(&f.PausedRetention, "paused-retention", sandbox.DefaultPausedRetention, "paused sandboxes are removed, with their checkpoints, this long after they were paused")
 	fs.Float64Var(&f.APIRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")
+	fs.Var(&f.WebhookAllow, "webhook-allow-cidr", "a loopback, private or link-local `CIDR` range webhook URLs may reach (refused by default, as are cloud metadata addresses; repeatable, or comma-separated)")
+	fs.DurationVar(&f.WebhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "bound of each webhook delivery attempt (connect, send, answer); an endpoint that takes longer fails the attempt")
+	fs.DurationVar(&f.WebhookRetryInterval, "webhook-retry-interval", webhook.DefaultRetryInterval, "wait before each of a failed webhook delivery's 3 retries")
+	fs.IntVar(&f.MaxWebhooksPerTeam, "max-webhooks-per-team", webhook.DefaultMaxPerTeam, "most webhooks of one team (over: 429)")
+	fs.DurationVar(&f.EventRetention, "event-retention", webhook.DefaultRetention, "sandbox lifecycle events (GET /events/sandboxes) and webhook delivery records are kept this long")
 	fs.Var(&f.AllowPrivate, "allow-private-cidr", "a private, CGNAT or link-local `CIDR` range that sandboxes may reach despite the default deny (repeatable, or comma-separated)")
 	fs.StringVar(&f.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf `FILE` naming the resolvers sandboxes use and may reach on port 53 (naming only the systemd-resolved stub: its upstream servers)")
 	fs.IntVar(&f.MaxUploadMB, "max-upload-mb", 1024, "largest template file upload, in MiB (over: 413)")

@@ -74,6 +74,9 @@ type Config struct {
 	// Volumes keeps team volumes and serves their content API; nil: no
 	// volumes (their endpoints answer 404).
 	Volumes Volumes
+	// Webhooks keeps the teams' webhooks; nil: their endpoints answer
+	// 501 (the events polling API is the store's, always served).
+	Webhooks Webhooks
 	// ClientID is what the deprecated clientID field says (the node name).
 	ClientID string
 	// NodeCPUs and NodeMemoryMB are the node's totals: a template asking
@@ -174,6 +177,7 @@ func New(cfg Config) http.Handler {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.EscapedPath()))
 	})
 	s.routeIdentity(mux)
+	s.routeEvents(mux)
 	h := gen.HandlerWithOptions(s, gen.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {

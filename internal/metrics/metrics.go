@@ -62,6 +62,7 @@ type Metrics struct {
 	proxyBytesOut prometheus.Counter
 	storeTime     *prometheus.HistogramVec
 	storeErrors   *prometheus.CounterVec
+	webhooks      webhookMetrics
 }
 
 // New returns a registry holding the Go runtime and process collectors
@@ -108,7 +109,9 @@ func New() *Metrics {
 			Name: "warren_store_errors_total",
 			Help: "Store calls that failed (not counting the answers not found and conflict), by store method.",
 		}, []string{"operation"}),
+		webhooks: newWebhookMetrics(),
 	}
+	m.reg.MustRegister(m.webhooks.collectors()...)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

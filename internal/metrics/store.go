@@ -279,3 +279,68 @@ func (ts *timedStore) SetDiskUse(ctx context.Context, u store.DiskUse) error {
 func (ts *timedStore) TeamDiskUsage(ctx context.Context, teamID string) (store.TeamDisk, error) {
 	return timed(ts, "TeamDiskUsage", func() (store.TeamDisk, error) { return ts.Store.TeamDiskUsage(ctx, teamID) })
 }
+
+// Events and webhooks.
+
+func (ts *timedStore) ListSandboxEvents(ctx context.Context, f store.EventFilter) ([]store.SandboxEvent, error) {
+	return timed(ts, "ListSandboxEvents", func() ([]store.SandboxEvent, error) { return ts.Store.ListSandboxEvents(ctx, f) })
+}
+
+func (ts *timedStore) CreateWebhook(ctx context.Context, w store.Webhook, maxPerTeam int) error {
+	return timed0(ts, "CreateWebhook", func() error { return ts.Store.CreateWebhook(ctx, w, maxPerTeam) })
+}
+
+func (ts *timedStore) GetWebhook(ctx context.Context, teamID, id string) (store.Webhook, error) {
+	return timed(ts, "GetWebhook", func() (store.Webhook, error) { return ts.Store.GetWebhook(ctx, teamID, id) })
+}
+
+func (ts *timedStore) ListWebhooks(ctx context.Context, teamID string) ([]store.Webhook, error) {
+	return timed(ts, "ListWebhooks", func() ([]store.Webhook, error) { return ts.Store.ListWebhooks(ctx, teamID) })
+}
+
+func (ts *timedStore) UpdateWebhook(ctx context.Context, teamID, id string, update func(*store.Webhook) error) (store.Webhook, error) {
+	return timed(ts, "UpdateWebhook", func() (store.Webhook, error) { return ts.Store.UpdateWebhook(ctx, teamID, id, update) })
+}
+
+func (ts *timedStore) DeleteWebhook(ctx context.Context, teamID, id string) error {
+	return timed0(ts, "DeleteWebhook", func() error { return ts.Store.DeleteWebhook(ctx, teamID, id) })
+}
+
+func (ts *timedStore) ListWebhookAttempts(ctx context.Context, teamID, webhookID string, limit int) ([]store.DeliveryAttempt, error) {
+	return timed(ts, "ListWebhookAttempts", func() ([]store.DeliveryAttempt, error) {
+		return ts.Store.ListWebhookAttempts(ctx, teamID, webhookID, limit)
+	})
+}
+
+func (ts *timedStore) DueWebhooks(ctx context.Context, owner string, now time.Time, limit int) ([]store.DueWebhook, error) {
+	return timed(ts, "DueWebhooks", func() ([]store.DueWebhook, error) { return ts.Store.DueWebhooks(ctx, owner, now, limit) })
+}
+
+func (ts *timedStore) LeaseWebhook(ctx context.Context, id, owner string, now, until time.Time) (bool, error) {
+	return timed(ts, "LeaseWebhook", func() (bool, error) { return ts.Store.LeaseWebhook(ctx, id, owner, now, until) })
+}
+
+func (ts *timedStore) ReleaseWebhook(ctx context.Context, id, owner string) error {
+	return timed0(ts, "ReleaseWebhook", func() error { return ts.Store.ReleaseWebhook(ctx, id, owner) })
+}
+
+func (ts *timedStore) NextDelivery(ctx context.Context, webhookID string) (d store.Delivery, w store.Webhook, ok bool, err error) {
+	defer ts.observe("NextDelivery", time.Now(), &err)
+	return ts.Store.NextDelivery(ctx, webhookID)
+}
+
+func (ts *timedStore) RecordAttempt(ctx context.Context, owner string, a store.DeliveryAttempt, out store.DeliveryOutcome) error {
+	return timed0(ts, "RecordAttempt", func() error { return ts.Store.RecordAttempt(ctx, owner, a, out) })
+}
+
+func (ts *timedStore) DropDeliveries(ctx context.Context, webhookID string, keep int) (int, error) {
+	return timed(ts, "DropDeliveries", func() (int, error) { return ts.Store.DropDeliveries(ctx, webhookID, keep) })
+}
+
+func (ts *timedStore) PendingDeliveries(ctx context.Context) (int, error) {
+	return timed(ts, "PendingDeliveries", func() (int, error) { return ts.Store.PendingDeliveries(ctx) })
+}
+
+func (ts *timedStore) PruneEvents(ctx context.Context, before time.Time) (int, error) {
+	return timed(ts, "PruneEvents", func() (int, error) { return ts.Store.PruneEvents(ctx, before) })
+}

@@ -113,6 +113,8 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		return err
 	}
 	printCredentials(out, creds)
+	webhooks, stopWebhooks := startWebhooks(ctx, cfg, st, cl.sealer, met, log)
+	defer stopWebhooks()
 	// One pool of connections to the nodes, for calls and forwarded traffic.
 	nodeTransport := noderpc.NewTransport(cl.auth)
 	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter, PlacementTimeout: cfg.PlacementTimeout,
@@ -128,7 +130,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	}
 	// Templates are served by nodes (disp.Platform forwards their routes).
 	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
-		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, ClientID: "api", Logger: log,
+		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, Webhooks: webhooks, ClientID: "api", Logger: log,
 		// Sandboxes are made on nodes, which check their own disks; what
 		// the api fills itself is the volume root (shared storage).
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, VolumeFreeDiskMB: volumeFreeMB(cfg),

@@ -134,6 +134,14 @@ type Config struct {
 	// (running kernels) once the template exists, so that its sandboxes
 	// are restored rather than booted. Roles all and node.
 	CodeInterpreterSnapshot bool
+	// WebhookAllow are the internal ranges (loopback, private,
+	// link-local) webhook URLs may reach; none by default.
+	WebhookAllow network.PrefixList
+	// WebhookTimeout bounds each delivery attempt, WebhookRetryInterval
+	// the wait before a retry (E2B: 10 s); MaxWebhooksPerTeam a team's
+	// webhooks; EventRetention how long lifecycle events are kept.
+	WebhookTimeout, WebhookRetryInterval, EventRetention time.Duration
+	MaxWebhooksPerTeam                                   int
 	// Stdout gets what serve prints for its user: the first start's
 	// credentials and the SDK's exports. Default os.Stdout.
 	Stdout io.Writer
@@ -224,6 +232,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	secrets := secret.New(st, sealer)
+	webhooks, stopWebhooks := startWebhooks(ctx, cfg, st, sealer, met, log)
+	defer stopWebhooks()
 	eg, err := openEgress(cfg, secrets, log)
 	if err != nil {
 		return err
@@ -391,7 +401,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return serveUntil(ctx, log, srvs)
 	}
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
+		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, Webhooks: webhooks, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),

@@ -430,6 +430,11 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 			return Sandbox{}, err
 		}
 	}
+	// The change's lifecycle events (sql_events.go) commit with it, or
+	// not at all.
+	if err := s.insertChanges(ctx, tx, &before, &sb); err != nil {
+		return Sandbox{}, err
+	}
 	return sb, tx.Commit()
 }
 

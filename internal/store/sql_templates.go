@@ -462,6 +462,13 @@ func (s *SQL) SetTag(ctx context.Context, t Tag) error {
 		t.TemplateID, t.Tag, t.BuildID, ms(t.CreatedAt)); err != nil {
 		return err
 	}
+	if t.SnapshotOf != "" {
+		// The snapshot is usable from here: its checkpointed event
+		// commits with its tag.
+		if err := s.insertSnapshotEvent(ctx, tx, t.SnapshotOf); err != nil {
+			return err
+		}
+	}
 	return tx.Commit()
 }
 

@@ -259,6 +259,7 @@ type Store interface {
 	ClaimStore
 	RouteStore
 	DiskUsageStore
+	EventStore
 
 	Close() error
 }

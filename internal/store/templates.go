@@ -96,6 +96,10 @@ type Tag struct {
 	Tag        string
 	BuildID    string
 	CreatedAt  time.Time
+	// SnapshotOf, given to SetTag, says the tag completes a snapshot of
+	// that sandbox: its checkpointed event is written with the tag. It
+	// is not stored (always "" when read).
+	SnapshotOf string
 }
 
 // TemplateStore persists templates, their builds, build logs and tags.

@@ -173,7 +173,7 @@ func (b *Builder) recordSnapshot(ctx context.Context, teamID, createdBy, alias, 
 		}
 		return SnapshotRef{}, err
 	}
-	if err := b.cfg.Store.SetTag(ctx, store.Tag{TemplateID: t.ID, Tag: tag, BuildID: buildID, CreatedAt: now}); err != nil {
+	if err := b.cfg.Store.SetTag(ctx, store.Tag{TemplateID: t.ID, Tag: tag, BuildID: buildID, CreatedAt: now, SnapshotOf: src.ID}); err != nil {
 		return SnapshotRef{}, err
 	}
 	b.recordDisk(store.DiskSnapshot, t, buildID)

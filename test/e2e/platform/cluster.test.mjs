@@ -17,6 +17,7 @@
 // api: the gateway on a node, reached through the api's proxy.
 import { afterAll, afterEach, beforeAll, beforeEach, expect, test } from 'vitest'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, NotFoundError, Template, Volume, waitForFile } from 'e2b'
@@ -54,6 +55,8 @@ beforeAll(async () => {
   c = await startCluster({
     nodes: { na: { prefix: 'wcna', net16: 139 }, nb: { prefix: 'wcnb', net16: 140 } }, apis: 2,
     nodeArgs: ['--resolv-conf', hosts.ResolvConf, '--egress-ca-file', hosts.CAFile],
+    // Webhooks to the test's loopback receiver are allowed (issue 25).
+    extraArgs: ['--webhook-allow-cidr', '127.0.0.0/8'],
   })
   ;({ nodes, apis, nodeOf, nodeRow, warrenNodes } = c)
   startNode = c.startNode
@@ -142,6 +145,40 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
   expect(node).toContain('warren_node_info{node="na",runtime="runsc"} 1')
   expect(node).toMatch(/^warren_sandbox_operations_total\{operation="create",outcome="ok"\} [1-9]/m)
 }, 180_000)
+
+test('lifecycle events made on either node reach a webhook exactly once, whichever of the four processes delivers', async () => {
+  const got = []
+  const receiver = http.createServer((req, res) => {
+    let raw = ''
+    req.on('data', (d) => (raw += d))
+    req.on('end', () => { got.push(JSON.parse(raw)); res.writeHead(200).end() })
+  })
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r))
+  try {
+    const res = await fetch(`${apis[0].opts.apiUrl}/events/webhooks`, {
+      method: 'POST', headers: { 'X-API-Key': c.apiKey, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ name: 'cluster', url: `http://127.0.0.1:${receiver.address().port}/`, enabled: true,
+        events: ['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'], signatureSecret: 'cluster-secret' }),
+    })
+    expect(res.status).toBe(201)
+    const sbxs = await Promise.all(Array.from({ length: 6 }, (_, i) => Sandbox.create(apis[i % 2].opts)))
+    expect(new Set(sbxs.map((s) => nodeOf(s.sandboxId))).size).toBe(2)
+    await Promise.all(sbxs.map((s, i) => Sandbox.kill(s.sandboxId, apis[(i + 1) % 2].opts)))
+    const deadline = Date.now() + 20_000
+    while (got.length < 12 && Date.now() < deadline) await sleep(50)
+    await sleep(1500) // a second delivery by another process would come now
+    const ids = got.map((e) => e.id)
+    expect(new Set(ids).size).toBe(ids.length)
+    expect(got.length).toBe(12)
+    for (const s of sbxs) {
+      expect(got.filter((e) => e.sandboxId === s.sandboxId).map((e) => e.type))
+        .toEqual(['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'])
+    }
+  } finally {
+    receiver.closeAllConnections()
+    receiver.close()
+  }
+})
 
 test("a node's internal address refuses requests without the cluster secret", async () => {
   const base = `http://127.0.0.1:${nodes.na.port}`

@@ -15,10 +15,10 @@ export const psql = (sql, dbname = 'postgres', host = '/var/run/postgresql', use
   execFileSync('psql', ['-h', host, '-U', user, '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
 // nodes: { name: { prefix, net16 } }; apis: how many api processes;
-// nodeArgs: more flags for every node; pg: a PostgreSQL server of the
-// caller's own ({ host, user }: its socket dir and role), default the
-// shared one.
-export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], pg = { host: '/var/run/postgresql', user: 'root' } }) {
+// nodeArgs: more flags for every node; extraArgs: for every process;
+// pg: a PostgreSQL server of the caller's own ({ host, user }: its
+// socket dir and role), default the shared one.
+export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], extraArgs = [], pg = { host: '/var/run/postgresql', user: 'root' } }) {
   const sql = (q, dbname = 'postgres') => psql(q, dbname, pg.host, pg.user)
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
@@ -28,7 +28,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
   delete env.WARREN_ACCESS_TOKEN
   sql(`CREATE DATABASE ${db}`)
   const volumeRoot = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-volumes-'))
-  const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text']
+  const shared = ['--volume-root', volumeRoot, '--volume-quota', '0', '--log-format', 'text', ...extraArgs]
 
   const c = {
     storeURL,
