@@ -146,6 +146,10 @@ type Sandbox struct {
 	// it was paused without). Both are "" while it runs.
 	RootfsDir  string
 	Checkpoint string
+	// PausedBlob is the blob (internal/blobstore, "sha256:...", of the
+	// sandbox's team) holding a paused sandbox's kept files, so that any
+	// node can resume it; "" when they are on its node only, or it runs.
+	PausedBlob string
 	// VolumeMounts are the team volumes the sandbox mounts. CreateSandbox
 	// checks that each exists in the sandbox's team; they are meant to
 	// stay as created (a volume is not deleted while they name it).
