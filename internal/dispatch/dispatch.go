@@ -161,6 +161,12 @@ func visible(s store.SandboxState) bool {
 // lost.
 func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
 	rec, _, err := d.find(ctx, teamID, id)
+	if err != nil {
+		// Paused in the blob store, it outlives its node.
+		if rec, _, merr := d.movable(ctx, teamID, id, err); merr == nil {
+			return rec, nil
+		}
+	}
 	return rec, err
 }
 
@@ -195,7 +201,7 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	}
 	out := recs[:0]
 	for _, r := range recs {
-		if _, err := d.liveNode(ctx, r.Node, r.ID); err == nil {
+		if _, err := d.liveNode(ctx, r.Node, r.ID); err == nil || inBlobStore(r) {
 			out = append(out, r)
 		}
 	}
@@ -417,7 +423,22 @@ func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Du
 func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
-		return store.Sandbox{}, false, err
+		rec, cands, merr := d.movable(ctx, teamID, id, err)
+		if merr != nil {
+			return store.Sandbox{}, false, merr
+		}
+		release, err := d.admit(ctx, teamID)
+		if err != nil {
+			return store.Sandbox{}, false, err
+		}
+		defer release()
+		var out store.Sandbox
+		resumed := false
+		err = d.resumeOn(ctx, rec, cands, func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+		return out, resumed, err
 	}
 	c := d.client(n)
 	release, err := d.admit(ctx, teamID)
@@ -450,7 +471,21 @@ func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bo
 func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
-		return store.Sandbox{}, err
+		rec, cands, merr := d.movable(ctx, teamID, id, err)
+		if merr != nil {
+			return store.Sandbox{}, merr
+		}
+		release, err := d.admit(ctx, teamID)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		defer release()
+		var out store.Sandbox
+		err = d.resumeOn(ctx, rec, cands, func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+		return out, err
 	}
 	release, err := d.admit(ctx, teamID)
 	if errors.Is(err, sandbox.ErrTeamLimit) && rec.State == store.StateRunning {

@@ -75,8 +75,11 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	// their clients give up on a sandbox that no longer answers.
 	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
-	if err := m.setState(ctx, l.id, store.StateKilled, func(*store.Sandbox) {}); err != nil {
+	blob := ""
+	if err := m.setState(ctx, l.id, store.StateKilled, func(s *store.Sandbox) { blob = s.PausedBlob }); err != nil {
 		m.log.WarnContext(ctx, "recording kill", "sandbox", l.id, "err", err)
+	} else {
+		m.dropBlob(l.teamID, blob)
 	}
 	l.transport.CloseIdleConnections()
 	var err error
@@ -183,6 +186,20 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	// it ends now (nothing registers once it is marked paused).
 	m.endTraffic(l)
 	home := inst.Rootfs.Home() // ReleaseSaved lets go of inst.Rootfs
+	if m.cfg.Blobs != nil {
+		// Answered once durable in the store: the release (unmounting,
+		// which writes the disk image through) comes first, here.
+		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
+			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
+		}
+		go m.recordPausedDisk(l.teamID, l.id, home, checkpoint)
+		if err := m.storePaused(ctx, l.teamID, l.id, home); err != nil {
+			m.log.ErrorContext(ctx, "storing a paused sandbox in the blob store", "sandbox", l.id, "err", err)
+			go m.flush(p)
+			return true, nil, fmt.Errorf("sandbox: %s is paused on its node but %w: %v", l.id, ErrBlobStore, err)
+		}
+		return true, nil, nil
+	}
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -229,7 +246,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookupOrAdopt(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -247,7 +264,7 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.D
 	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
 		return store.Sandbox{}, false, err
 	}
-	l, err := m.lookup(teamID, id)
+	l, err := m.lookupOrAdopt(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
@@ -353,9 +370,11 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	}
 	tr.Mark("envd-init")
 	now := time.Now()
+	oldBlob := ""
 	rec, err = m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
 		s.State, s.Slot, s.PausedAt = store.StateRunning, inst.Slot.Name, time.Time{}
 		s.RootfsDir, s.Checkpoint = "", ""
+		oldBlob, s.PausedBlob = s.PausedBlob, ""
 		s.StartedAt, s.EndAt = now, now.Add(opts.Timeout)
 		if opts.AutoPause != nil {
 			s.AutoPause = *opts.AutoPause
@@ -369,6 +388,9 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 		rec, _ = m.cfg.Store.GetSandbox(context.WithoutCancel(ctx), l.id)
 	}
 	tr.Mark("store-update")
+	if err == nil {
+		m.dropBlob(l.teamID, oldBlob) // it runs: its paused files are history
+	}
 	if err := m.cfg.Node.DropCheckpoint(parked); err != nil {
 		m.log.WarnContext(ctx, "removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
 	}
@@ -400,6 +422,16 @@ func (m *Manager) withTrust(templateEnvs map[string]string) map[string]string {
 		envs[k] = v
 	}
 	return envs
+}
+
+// lookupOrAdopt is lookup, falling back to taking over the sandbox from
+// the blob store when another node paused it there (blobs.go).
+func (m *Manager) lookupOrAdopt(ctx context.Context, teamID, id string) (*live, error) {
+	l, err := m.lookup(teamID, id)
+	if errors.Is(err, ErrNotFound) && m.cfg.Blobs != nil {
+		return m.adoptFromBlob(ctx, teamID, id)
+	}
+	return l, err
 }
 
 // pausedNow reports whether a live sandbox is paused, or ErrNotFound if

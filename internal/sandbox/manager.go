@@ -86,6 +86,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -138,6 +139,12 @@ type Config struct {
 	Images *image.Store
 	// NodeName names this node in sandbox records. Default "local".
 	NodeName string
+	// Blobs, if set, keeps every paused sandbox's files in a blob store
+	// too, so that any node sharing the store resumes it (blobs.go);
+	// BlobTemp is a directory of this node's data disk for the packs on
+	// their way (required with Blobs).
+	Blobs    blobstore.Store
+	BlobTemp string
 	// MaxSandboxes bounds the sandboxes on this node, warm ones included.
 	// Default 100.
 	MaxSandboxes int
@@ -234,6 +241,10 @@ type Template struct {
 type Manager struct {
 	cfg Config
 	log *slog.Logger
+
+	// adoptMu serialises takeovers of sandboxes paused on other nodes
+	// (adoptFromBlob).
+	adoptMu sync.Mutex
 
 	mu       sync.Mutex
 	live     map[string]*live // running and paused sandboxes, by ID

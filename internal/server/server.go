@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"io"
 	"log/slog"
 	"net"
@@ -68,10 +69,13 @@ type Config struct {
 	MemoryOvercommit, CPUOvercommit, APIRateLimit float64
 	DiskReserveMB                                 int64
 	PausedRetention                               time.Duration
-	MaxUploadMB                                   int
-	InsecureRegistries                            []string
-	InsecureRuntime                               bool
-	BuildDiskMB                                   int
+	// BlobStore, if its URL is set, keeps paused sandboxes in a blob
+	// store (internal/blobstore) so that any node resumes them.
+	BlobStore          blobstore.Options
+	MaxUploadMB        int
+	InsecureRegistries []string
+	InsecureRuntime    bool
+	BuildDiskMB        int
 	// EgressProxyPort is the host port of the egress proxy (every
 	// address; only redirected sandbox connections are let in); 0 picks
 	// a free one at each start.
@@ -264,7 +268,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	blobs, blobTemp, err := openBlobStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	mgr, err = sandbox.New(sandbox.Config{
+		Blobs: blobs, BlobTemp: blobTemp,
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,

@@ -1,0 +1,215 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/blobstore"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Paused sandboxes in the blob store (Config.Blobs).
+//
+// With a blob store, a pause is answered only once the sandbox's kept
+// files (its directory: the writable layer's disk image and the memory
+// checkpoint) are a blob of its team in the store and the record names
+// it (PausedBlob). The node keeps its copy too, so that a resume here
+// costs nothing more; any other node can resume the sandbox from the
+// blob when this one is lost: it fetches and verifies the blob, unpacks
+// it where its own root filesystems live, and takes the record over
+// (Node) before it resumes it as its own. A blob that does not match
+// its digest is refused and the sandbox stays paused.
+//
+// Crash safety: the record says paused before the upload starts and
+// names the blob only once it is whole; a crash in between leaves the
+// sandbox paused on its node (resumable there, as without a store). A
+// node taking a sandbox over writes the record only once the files are
+// unpacked, and only if the record still names the node and blob it
+// read, so two nodes never both resume it.
+
+// ErrBlobStore wraps a failure to store a paused sandbox: it is paused on
+// its node, resumable there, but not in the store.
+var ErrBlobStore = errors.New("the blob store did not take the paused sandbox")
+
+// storePaused packs a paused sandbox's directory, stores it in the blob
+// store as a blob of its team, and names it in the record.
+func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) error {
+	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
+	if err := m.faultPoint("pause-before-upload", id); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(m.cfg.BlobTemp, id+".pack-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	if err := blobstore.Pack(bw, home); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	d, err := blobstore.ParseDigest(blobstore.DigestPrefix + hex.EncodeToString(h.Sum(nil)))
+	if err != nil {
+		return err
+	}
+	if err := m.cfg.Blobs.Put(ctx, teamID, d, size, f); err != nil {
+		return err
+	}
+	if err := m.faultPoint("pause-after-upload", id); err != nil {
+		return err
+	}
+	_, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if s.State != store.StatePaused {
+			return fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, s.State)
+		}
+		s.PausedBlob = d.String()
+		return nil
+	})
+	if err != nil {
+		_ = m.cfg.Blobs.Delete(ctx, teamID, d)
+		return err
+	}
+	m.log.Info("paused sandbox stored in the blob store", "sandbox", id, "blob", d.String(), "bytes", size, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// adoptFromBlob takes over a team's sandbox paused on another node and
+// kept in the blob store: fetched, verified, unpacked here and recorded
+// as this node's, then live here (paused). ErrNotFound when there is no
+// such sandbox for the team, or it has no blob.
+func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, error) {
+	notFound := fmt.Errorf("%w: %s", ErrNotFound, id)
+	if m.cfg.Blobs == nil || teamID == "" {
+		return nil, notFound
+	}
+	m.adoptMu.Lock()
+	defer m.adoptMu.Unlock()
+	if l, err := m.lookup(teamID, id); err == nil {
+		return l, nil // taken over meanwhile
+	}
+	ctx = context.WithoutCancel(ctx)
+	rec, err := m.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || rec.State != store.StatePaused || rec.PausedBlob == "" || rec.Node == m.cfg.NodeName)) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	d, err := blobstore.ParseDigest(rec.PausedBlob)
+	if err != nil {
+		return nil, &ResumeError{ID: id, Step: "reading its record", Err: err}
+	}
+	home, err := m.cfg.Node.KeptHome(id)
+	if err != nil {
+		return nil, &ResumeError{ID: id, Step: "fetching it from the blob store", Err: err}
+	}
+	// Whatever an earlier attempt left here goes first.
+	if err := m.cfg.Node.DeletePaused(ctx, node.Paused{ID: id, Dir: home}); err != nil {
+		return nil, &ResumeError{ID: id, Step: "fetching it from the blob store", Err: err}
+	}
+	start := time.Now()
+	if err := m.fetchPaused(ctx, teamID, d, home); err != nil {
+		_ = os.RemoveAll(home)
+		m.log.Error("fetching a paused sandbox from the blob store", "sandbox", id, "blob", d.String(), "err", err)
+		step := "fetching it from the blob store"
+		if errors.Is(err, blobstore.ErrCorrupt) {
+			step = "verifying its blob (" + err.Error() + "): it was not resumed"
+		}
+		return nil, &ResumeError{ID: id, Step: step, Err: err}
+	}
+	from := rec.Node
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if s.TeamID != teamID || s.State != store.StatePaused || s.Node != from || s.PausedBlob != d.String() {
+			return fmt.Errorf("%w: sandbox %s changed while it was fetched", ErrConflict, id)
+		}
+		s.Node, s.Slot, s.RootfsDir = m.cfg.NodeName, "", home
+		if s.Checkpoint != "" {
+			s.Checkpoint = filepath.Join(home, "checkpoint")
+		}
+		return nil
+	})
+	if err != nil {
+		_ = os.RemoveAll(home)
+		return nil, err
+	}
+	l := m.newLive(rec, nil)
+	m.mu.Lock()
+	m.live[id] = l
+	m.mu.Unlock()
+	m.log.Info("took over a sandbox paused on another node, from the blob store", "sandbox", id, "from", from, "blob", d.String(), "took", time.Since(start).Round(time.Millisecond))
+	return l, nil
+}
+
+// fetchPaused downloads blob d (verified) and unpacks it into home.
+func (m *Manager) fetchPaused(ctx context.Context, teamID string, d blobstore.Digest, home string) error {
+	tmp, err := os.MkdirTemp(m.cfg.BlobTemp, "fetch-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	pack := filepath.Join(tmp, "pack")
+	if err := m.cfg.Blobs.Get(ctx, teamID, d, pack); err != nil {
+		return err
+	}
+	if err := m.faultPoint("resume-after-download", filepath.Base(home)); err != nil {
+		return err
+	}
+	f, err := os.Open(pack)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return blobstore.Unpack(f, home)
+}
+
+// dropBlob removes a sandbox's blob once nothing needs it (it was resumed
+// or killed); a failure leaves garbage, not a loss.
+func (m *Manager) dropBlob(teamID, blob string) {
+	if m.cfg.Blobs == nil || blob == "" {
+		return
+	}
+	d, err := blobstore.ParseDigest(blob)
+	if err != nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.cfg.Blobs.Delete(ctx, teamID, d); err != nil {
+			m.log.Warn("removing a blob no sandbox needs", "blob", blob, "err", err)
+		}
+	}()
+}
+
+// faultPoint lets a test kill this process at a step (the environment
+// variable WARREN_TEST_FAULT=step:sandboxID, honoured only when
+// WARREN_TEST_FAULTS=1): the process exits at once, as a kill -9 would
+// leave it.
+func (m *Manager) faultPoint(step, id string) error {
+	if os.Getenv("WARREN_TEST_FAULTS") != "1" {
+		return nil
+	}
+	if os.Getenv("WARREN_TEST_FAULT") == step+":"+id || os.Getenv("WARREN_TEST_FAULT") == step+":*" {
+		m.log.Error("test fault point: exiting", "step", step, "sandbox", id)
+		os.Exit(137)
+	}
+	return nil
+}
