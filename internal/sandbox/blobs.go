@@ -70,6 +70,9 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 	if err != nil {
 		return err
 	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
 	if err := m.cfg.Blobs.Put(ctx, teamID, d, size, f); err != nil {
 		return err
 	}
