@@ -8,11 +8,12 @@ import (
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
+	"github.com/warren-sandbox/warren/internal/metrics"
 )
 
 // openBlobStore opens --blob-store, if set, and clears the directory of
 // packs on their way (what a crash left there).
-func openBlobStore(ctx context.Context, cfg Config, log *slog.Logger) (blobstore.Store, string, error) {
+func openBlobStore(ctx context.Context, cfg Config, met *metrics.Metrics, log *slog.Logger) (blobstore.Store, string, error) {
 	if cfg.BlobStore.URL == "" {
 		return nil, "", nil
 	}
@@ -29,5 +30,5 @@ func openBlobStore(ctx context.Context, cfg Config, log *slog.Logger) (blobstore
 	}
 	// The URL and endpoint name no secret; the keys are never logged.
 	log.Info("paused sandboxes are kept in the blob store", "blob_store", cfg.BlobStore.URL, "endpoint", cfg.BlobStore.Endpoint)
-	return blobs, tmp, nil
+	return met.BlobStore(blobs), tmp, nil
 }

@@ -268,7 +268,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	blobs, blobTemp, err := openBlobStore(ctx, cfg, log)
+	blobs, blobTemp, err := openBlobStore(ctx, cfg, met, log)
 	if err != nil {
 		return err
 	}

@@ -66,8 +66,9 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// startCluster starts the S3 server, the database, two nodes and an api.
-func startCluster(t *testing.T) *cluster {
+// startCluster starts the S3 server, the database, two nodes and an api;
+// nodeEnv is extra environment of the first start of each node, by name.
+func startCluster(t *testing.T, nodeEnv map[string][]string) *cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("runs real sandboxes: needs root")
@@ -128,7 +129,7 @@ func startCluster(t *testing.T) *cluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &proc{name: n.name, dataDir: dataDir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+		p := &proc{name: n.name, dataDir: dataDir, addr: fmt.Sprintf("127.0.0.1:%d", port), extraEnv: nodeEnv[n.name]}
 		p.args = append([]string{"serve", "--role", "node", "--data-dir", dataDir, "--node-name", n.name, "--node-addr", p.addr,
 			"--network-prefix", n.name, "--network-cidr", n.cidr, "--run-dir", "/run/warren-" + n.name, "--cgroup-parent", "/warren-" + n.name,
 			"--pool-size", "0", "--envd", c.envd,

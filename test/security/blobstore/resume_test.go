@@ -18,12 +18,17 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
-// TestPausedSandboxOutlivesItsNode: pause on node A, kill -9 A, resume
-// on B with its files and processes; a corrupted blob is refused first
-// and the sandbox stays paused; another team reaches nothing; the S3
-// credentials appear in no log or answer.
+// TestPausedSandboxOutlivesItsNode: node A crashes mid-pause (after the
+// upload, before the record names the blob) and the sandbox is paused
+// and resumable on A; paused again, A is killed with SIGKILL; node B
+// crashes mid-resume (after the download) and the sandbox is still
+// paused; a corrupted and a truncated blob are refused and the sandbox
+// stays paused; the whole blob resumes on B with the sandbox's files
+// and processes; another team reaches nothing; the S3 credentials
+// appear in no log or answer.
 func TestPausedSandboxOutlivesItsNode(t *testing.T) {
-	c := startCluster(t)
+	fault := func(step string) []string { return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"} }
+	c := startCluster(t, map[string][]string{"wbsa": fault("pause-after-upload"), "wbsb": fault("resume-after-download")})
 	ctx := context.Background()
 	a, b := c.nodes[0], c.nodes[1]
 
@@ -39,7 +44,7 @@ func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 
 	sb := c.createOn(ctx, t, a.name)
 	// A file, and a process whose state lives in its memory only: a
-	// counter it prints on demand (SIGUSR1), started before the pause.
+	// counter it writes out on SIGUSR1, started before the pauses.
 	r, err := c.exec(ctx, sb, `echo kept-across-nodes > /home/user/note.txt
 cat > /tmp/counter.sh <<'EOF2'
 n=0
@@ -52,7 +57,38 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	if err != nil || r.exit != 0 {
 		t.Fatalf("setting up the sandbox: %v %+v", err, r)
 	}
-	before := strings.TrimSpace(r.stdout)
+	before := atoi(strings.TrimSpace(r.stdout))
+	// counted checks the sandbox's file and that its counter went on
+	// from where it was (its memory was restored, not booted anew).
+	counted := func(where string) {
+		t.Helper()
+		r, err := c.exec(ctx, sb, `cat /home/user/note.txt; kill -0 $(cat /tmp/counter.pid) && echo alive; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if err != nil || r.exit != 0 || len(lines) != 3 || lines[0] != "kept-across-nodes" || lines[1] != "alive" || atoi(lines[2]) <= before {
+			t.Fatalf("%s: %v %q (the counter was %d before)", where, err, r.stdout, before)
+		}
+		before = atoi(lines[2])
+	}
+
+	// A dies after the upload, before the record names the blob: the
+	// pause is not acknowledged, and after A's restart the sandbox is
+	// paused there (its files on A) and resumes with its processes.
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/pause", nil); err == nil && r.status == http.StatusNoContent {
+		t.Fatalf("a pause whose node crashed before it was recorded was acknowledged: %v", r)
+	}
+	<-a.p.Exited
+	a.p, a.extraEnv = nil, nil
+	if err := c.start(a, "http://"+a.addr+"/health"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.State != store.StatePaused || rec.Node != a.name || rec.PausedBlob != "" {
+		t.Fatalf("after a crash mid-pause: %+v %v", rec, err)
+	}
+	time.Sleep(time.Second) // the api sees A again
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
+		t.Fatalf("connect after a crash mid-pause: %v %v", r, err)
+	}
+	counted("resumed on A after its crash mid-pause")
 
 	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/pause", nil); err != nil || r.status != http.StatusNoContent {
 		t.Fatalf("pause: %v %v", r, err)
@@ -75,6 +111,21 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 
 	c.kill9(a)
 	time.Sleep(lostAfter + time.Second)
+
+	// B dies after the download, before it takes the sandbox over: the
+	// sandbox is still A's, paused, its blob in the store.
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 120}); err == nil && r.status < 500 {
+		t.Fatalf("connect through a node that crashed mid-resume: %v", r)
+	}
+	<-b.p.Exited
+	b.p, b.extraEnv = nil, nil
+	if err := c.start(b, "http://"+b.addr+"/health"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.State != store.StatePaused || rec.Node != a.name || rec.PausedBlob == "" {
+		t.Fatalf("after a crash mid-resume: %+v %v", rec, err)
+	}
+	time.Sleep(time.Second) // the api sees B again
 
 	// The other team finds nothing, paused blob or not.
 	for _, call := range [][2]string{{"GET", "/sandboxes/" + sb.ID}, {"POST", "/sandboxes/" + sb.ID + "/connect"}, {"POST", "/sandboxes/" + sb.ID + "/resume"}} {
@@ -122,14 +173,7 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.State != store.StateRunning || rec.Node != b.name || rec.PausedBlob != "" {
 		t.Fatalf("after the resume: %+v %v", rec, err)
 	}
-	r, err = c.exec(ctx, sb, `cat /home/user/note.txt; kill -0 $(cat /tmp/counter.pid) && echo alive; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
-	if err != nil || r.exit != 0 {
-		t.Fatalf("after the resume: %v %+v", err, r)
-	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 3 || lines[0] != "kept-across-nodes" || lines[1] != "alive" || atoi(lines[2]) <= atoi(before) {
-		t.Fatalf("after the resume on %s: %q (the counter was %s before the pause)", b.name, r.stdout, before)
-	}
+	counted("resumed on B after A was killed")
 	// The resumed sandbox's blob is garbage now, and goes.
 	poll.Within(10*time.Second, 100*time.Millisecond, func() bool {
 		_, err := mc.StatObject(ctx, c.s3.Bucket, key, minio.StatObjectOptions{})
