@@ -40,6 +40,10 @@ import (
 // its node, resumable there, but not in the store.
 var ErrBlobStore = errors.New("the blob store did not take the paused sandbox")
 
+// errMovedAway: the record of a sandbox paused here names another node,
+// which took it over from the blob store.
+var errMovedAway = errors.New("sandbox: taken over by another node")
+
 // storePaused packs a paused sandbox's directory, stores it in the blob
 // store as a blob of its team, and names it in the record.
 func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) error {

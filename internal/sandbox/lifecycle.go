@@ -76,13 +76,29 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
 	blob := ""
-	if err := m.setState(ctx, l.id, store.StateKilled, func(s *store.Sandbox) { blob = s.PausedBlob }); err != nil {
+	_, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+		if inst == nil && s.Node != m.cfg.NodeName {
+			return errMovedAway
+		}
+		s.State, blob = store.StateKilled, s.PausedBlob
+		return nil
+	})
+	switch {
+	case errors.Is(err, errMovedAway):
+		// Another node took it over from the blob store while this one
+		// was lost: only this node's copy goes.
+		l.transport.CloseIdleConnections()
+		if err := m.cfg.Node.DeletePaused(ctx, parked); err != nil {
+			return fmt.Errorf("sandbox: removing the copy of %s: %w", l.id, err)
+		}
+		m.log.InfoContext(ctx, "removed the copy of a sandbox another node took over", "sandbox", l.id)
+		return nil
+	case err != nil:
 		m.log.WarnContext(ctx, "recording kill", "sandbox", l.id, "err", err)
-	} else {
+	default:
 		m.dropBlob(l.teamID, blob)
 	}
 	l.transport.CloseIdleConnections()
-	var err error
 	if inst != nil {
 		err = m.cfg.Node.Delete(ctx, inst)
 	} else {
@@ -315,6 +331,12 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	rec, err := m.cfg.Store.GetSandbox(ctx, l.id)
 	if err != nil {
 		return store.Sandbox{}, false, err
+	}
+	if rec.Node != m.cfg.NodeName {
+		// Taken over by another node from the blob store while this one
+		// was lost: this copy is stale.
+		go m.kill(context.WithoutCancel(ctx), l)
+		return store.Sandbox{}, false, fmt.Errorf("%w: %s (it moved to node %s)", ErrNotFound, l.id, rec.Node)
 	}
 	res := Resources{CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB}
 	full, err := m.reserve(l.teamID, res)

@@ -7,7 +7,8 @@
 // paused; another team cannot reach it; the store's credentials appear in
 // no log and no API answer.
 //
-// The nodes use the network prefixes wbsa and wbsb, the ranges
-// 10.163.0.0/17 and 10.163.128.0/17, run dirs /run/warren-wbs? and cgroup
-// parents /warren-wbs?: nothing else on the machine uses them.
+// The nodes use the network prefixes wbsa, wbsb (and wbsc, without the
+// blob store, in the benchmark), the ranges 10.163.0.0/18, 10.163.64.0/18
+// and 10.163.128.0/18, run dirs /run/warren-wbs? and cgroup parents
+// /warren-wbs?: nothing else on the machine uses them.
 package blobstore

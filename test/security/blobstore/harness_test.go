@@ -31,10 +31,15 @@ import (
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
 )
 
-var nodeSpecs = []struct{ name, cidr string }{
-	{"wbsa", "10.163.0.0/17"},
-	{"wbsb", "10.163.128.0/17"},
-}
+// nodeSpecs are the nodes with the blob store, and localNode one
+// without it (the benchmark's baseline).
+var (
+	nodeSpecs = []struct{ name, cidr string }{
+		{"wbsa", "10.163.0.0/18"},
+		{"wbsb", "10.163.64.0/18"},
+	}
+	localNode = struct{ name, cidr string }{"wbsc", "10.163.128.0/18"}
+)
 
 const (
 	pgAdminDSN = "host=/var/run/postgresql user=root dbname=postgres sslmode=disable"
@@ -68,7 +73,7 @@ func randHex(n int) string {
 
 // startCluster starts the S3 server, the database, two nodes and an api;
 // nodeEnv is extra environment of the first start of each node, by name.
-func startCluster(t *testing.T, nodeEnv map[string][]string) *cluster {
+func startCluster(t testing.TB, nodeEnv map[string][]string, withLocal bool) *cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("runs real sandboxes: needs root")
@@ -120,7 +125,11 @@ func startCluster(t *testing.T, nodeEnv map[string][]string) *cluster {
 		}
 	}
 	shared := []string{"--store", c.storeURL, "--log-format", "text", "--log-level", "debug"}
-	for _, n := range nodeSpecs {
+	specs := nodeSpecs
+	if withLocal {
+		specs = append(specs, localNode)
+	}
+	for _, n := range specs {
 		dataDir, err := seckit.NewDataDir(0)
 		if err != nil {
 			t.Fatal(err)
@@ -133,10 +142,15 @@ func startCluster(t *testing.T, nodeEnv map[string][]string) *cluster {
 		p.args = append([]string{"serve", "--role", "node", "--data-dir", dataDir, "--node-name", n.name, "--node-addr", p.addr,
 			"--network-prefix", n.name, "--network-cidr", n.cidr, "--run-dir", "/run/warren-" + n.name, "--cgroup-parent", "/warren-" + n.name,
 			"--pool-size", "0", "--envd", c.envd,
-			"--blob-store", "s3://" + c.s3.Bucket + "/warren", "--blob-store-endpoint", "http://" + c.s3.Endpoint,
-			"--blob-store-region", "us-east-1", "--blob-store-path-style",
-			"--blob-store-access-key", c.s3.AccessKey, "--blob-store-secret-key-file", secretFile,
 		}, shared...)
+		if n == localNode {
+			c.nodes = append(c.nodes, p)
+			continue
+		}
+		p.args = append(p.args,
+			"--blob-store", "s3://"+c.s3.Bucket+"/warren", "--blob-store-endpoint", "http://"+c.s3.Endpoint,
+			"--blob-store-region", "us-east-1", "--blob-store-path-style",
+			"--blob-store-access-key", c.s3.AccessKey, "--blob-store-secret-key-file", secretFile)
 		c.nodes = append(c.nodes, p)
 	}
 	t.Cleanup(func() { c.teardown(t) })
@@ -214,7 +228,7 @@ func tail(path string, n int) string {
 
 // teardown kills the sandboxes (a killed node is started again first, to
 // clean up after itself), stops everything and checks nothing is left.
-func (c *cluster) teardown(t *testing.T) {
+func (c *cluster) teardown(t testing.TB) {
 	ctx := context.Background()
 	for _, p := range c.nodes {
 		if p.p == nil && p.logPath != "" {
@@ -309,7 +323,7 @@ func (c *cluster) setNode(ctx context.Context, name string, st store.NodeState) 
 type sandbox struct{ ID, EnvdToken string }
 
 // createOn creates a base sandbox on node name (the other cordoned).
-func (c *cluster) createOn(ctx context.Context, t *testing.T, name string) sandbox {
+func (c *cluster) createOn(ctx context.Context, t testing.TB, name string) sandbox {
 	t.Helper()
 	for _, n := range c.nodes {
 		if n.name != name {

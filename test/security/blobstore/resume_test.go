@@ -27,8 +27,10 @@ import (
 // and processes; another team reaches nothing; the S3 credentials
 // appear in no log or answer.
 func TestPausedSandboxOutlivesItsNode(t *testing.T) {
-	fault := func(step string) []string { return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"} }
-	c := startCluster(t, map[string][]string{"wbsa": fault("pause-after-upload"), "wbsb": fault("resume-after-download")})
+	fault := func(step string) []string {
+		return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"}
+	}
+	c := startCluster(t, map[string][]string{"wbsa": fault("pause-after-upload"), "wbsb": fault("resume-after-download")}, false)
 	ctx := context.Background()
 	a, b := c.nodes[0], c.nodes[1]
 
