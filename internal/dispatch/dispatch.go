@@ -450,7 +450,15 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 		return store.Sandbox{}, false, err
 	}
 	defer release()
-	return c.Connect(ctx, teamID, id, timeout, memory)
+	out, resumed, err := c.Connect(ctx, teamID, id, timeout, memory)
+	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
+		// Its node has no room: any other may take it from the store.
+		err = d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+	}
+	return out, resumed, err
 }
 
 func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
@@ -497,7 +505,15 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts 
 		return store.Sandbox{}, err
 	}
 	defer release()
-	return d.client(n).Resume(ctx, teamID, id, opts)
+	out, err := d.client(n).Resume(ctx, teamID, id, opts)
+	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
+		// Its node has no room: any other may take it from the store.
+		err = d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+	}
+	return out, err
 }
 
 // Fork forks on the parent's node (the checkpoint is there), as many

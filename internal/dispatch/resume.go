@@ -19,7 +19,7 @@ import (
 // blobs.go fetches and verifies the blob and takes the record over).
 // Placement takes the nodes in their order for a create; the paused
 // sandbox's own node, while it lives, is asked first (it has the files
-// already) and is the only one asked (find).
+// already), and the others only when it has no room.
 
 // inBlobStore reports a paused sandbox any node may resume.
 func inBlobStore(r store.Sandbox) bool {
@@ -67,4 +67,22 @@ func (d *Dispatcher) resumeOn(ctx context.Context, rec store.Sandbox, cands []st
 		refusals = append(refusals, n.Name+": "+err.Error())
 	}
 	return fmt.Errorf("%w: no node can resume sandbox %s now (%s)", sandbox.ErrNoCapacity, rec.ID, strings.Join(refusals, "; "))
+}
+
+// others are the ready nodes but name, in placement order.
+func (d *Dispatcher) others(ctx context.Context, name string) []store.Node {
+	ns, err := d.nodeList(ctx)
+	if err != nil {
+		return nil
+	}
+	d.mu.Lock()
+	cands := order(ns, d.cfg.Now(), d.cfg.LostAfter, d.pendingLocked)
+	d.mu.Unlock()
+	out := cands[:0]
+	for _, n := range cands {
+		if n.Name != name {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -71,4 +71,28 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 	if got := c.nodes["nb"].asked; len(got) != 0 {
 		t.Fatalf("the lost node was asked %v", got)
 	}
+
+	// Back on its own node (live again), full: another node takes it.
+	if _, err := c.st.UpdateSandbox(ctx, "stored", func(s *store.Sandbox) error {
+		s.State, s.Node = store.StatePaused, "nb"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"na", "nb"} {
+		if _, err := c.st.HeartbeatNode(ctx, n, c.now.Add(time.Second), store.NodeUsage{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.later(2 * time.Second)
+	c.nodes["nb"].set(fmt.Errorf("%w: node nb is full", sandbox.ErrNoCapacity))
+	if _, err := d.ResumeSandbox(ctx, "t1", "stored", sandbox.ResumeOptions{Timeout: time.Minute}); err != nil {
+		t.Fatalf("resume with its own node full: %v", err)
+	}
+	if got := c.nodes["na"].asked; len(got) != 3 || got[2] != "resume t1 stored" {
+		t.Fatalf("na was asked %v", got)
+	}
+	if got := c.nodes["nb"].asked; len(got) != 1 || got[0] != "resume t1 stored" {
+		t.Fatalf("nb was asked %v", got)
+	}
 }

@@ -363,7 +363,16 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	tr.Mark("admit")
 	committed := false
 	inst, err := m.cfg.Node.ResumeFromDisk(ctx, nreq, parked, opts.Memory, func(inst *node.Instance) error {
-		if err := m.setState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) { s.Slot = inst.Slot.Name }); err != nil {
+		_, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+			if s.Node != m.cfg.NodeName {
+				// Another node took it over from the blob store
+				// meanwhile: it must not run here too.
+				return fmt.Errorf("%w: %s (it moved to node %s)", ErrNotFound, l.id, s.Node)
+			}
+			s.State, s.Slot = store.StateRunning, inst.Slot.Name
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		committed = true
