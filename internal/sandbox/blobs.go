@@ -220,3 +220,64 @@ func (m *Manager) faultPoint(step, id string) error {
 	}
 	return nil
 }
+
+// DefaultBlobGCGrace is how old a blob no record names must be before it
+// is collected: a pause under way has stored its blob and not yet
+// recorded it, and a crash between the two leaves one behind.
+const DefaultBlobGCGrace = time.Hour
+
+// blobGCInterval is how often a node with a blob store collects.
+const blobGCInterval = 10 * time.Minute
+
+// collectBlobs is CollectBlobs on the manager's stores, from the
+// background.
+func (m *Manager) collectBlobs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n, err := CollectBlobs(ctx, m.cfg.Store, m.cfg.Blobs, time.Now().Add(-m.cfg.BlobGCGrace))
+	if err != nil {
+		m.log.Warn("collecting orphaned blobs", "removed", n, "err", err)
+	} else if n > 0 {
+		m.log.Info("collected orphaned blobs", "removed", n)
+	}
+}
+
+// CollectBlobs removes every team's blobs that no sandbox record names
+// and that were stored before before; it returns how many it removed.
+// Every node sharing the store may run it: removals are idempotent.
+func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, before time.Time) (int, error) {
+	teams, err := st.ListTeams(ctx)
+	if err != nil {
+		return 0, err
+	}
+	recs, err := st.ListSandboxes(ctx, store.SandboxFilter{AllTeams: true})
+	if err != nil {
+		return 0, err
+	}
+	named := map[string]bool{}
+	for _, r := range recs {
+		if r.PausedBlob != "" {
+			named[r.TeamID+" "+r.PausedBlob] = true
+		}
+	}
+	removed := 0
+	var errs []error
+	for _, t := range teams {
+		infos, err := blobs.List(ctx, t.ID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, info := range infos {
+			if named[t.ID+" "+info.Digest.String()] || !info.Modified.Before(before) {
+				continue
+			}
+			if err := blobs.Delete(ctx, t.ID, info.Digest); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}

@@ -145,6 +145,9 @@ type Config struct {
 	// their way (required with Blobs).
 	Blobs    blobstore.Store
 	BlobTemp string
+	// BlobGCGrace is how old a blob no record names must be before it is
+	// removed (every 10 minutes). Default DefaultBlobGCGrace.
+	BlobGCGrace time.Duration
 	// MaxSandboxes bounds the sandboxes on this node, warm ones included.
 	// Default 100.
 	MaxSandboxes int
@@ -336,6 +339,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxSandboxes <= 0 {
 		cfg.MaxSandboxes = 100
 	}
+	if cfg.BlobGCGrace <= 0 {
+		cfg.BlobGCGrace = DefaultBlobGCGrace
+	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
 	}
@@ -404,6 +410,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.wg.Add(2)
 	go m.every(m.cfg.ReapInterval, m.reap)
 	go m.every(sampleInterval, m.sampleRunning)
+	if m.cfg.Blobs != nil {
+		m.wg.Add(1)
+		go m.every(blobGCInterval, m.collectBlobs)
+	}
 	if m.cfg.PoolSize > 0 {
 		m.mu.Lock()
 		for _, t := range m.cfg.PoolTemplates {
