@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/blobstore/s3test"
@@ -131,4 +132,27 @@ func TestStore(t *testing.T) {
 			t.Fatalf("Delete of a missing blob: %v", err)
 		}
 	})
+}
+
+// An upload a crash cut short leaves parts; AbortStale removes those
+// begun before its time, and only those.
+func TestS3AbortStale(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	s, err := blobstore.NewS3(ctx, srv.Config("cluster-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobstore.StartUploadForTest(ctx, s, "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.AbortStale(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("AbortStale of an upload younger than the grace: %d %v", n, err)
+	}
+	if n, err := s.AbortStale(ctx, time.Now().Add(time.Minute)); err != nil || n != 1 {
+		t.Fatalf("AbortStale: %d %v", n, err)
+	}
+	if n, err := s.AbortStale(ctx, time.Now().Add(time.Minute)); err != nil || n != 0 {
+		t.Fatalf("AbortStale again: %d %v", n, err)
+	}
 }

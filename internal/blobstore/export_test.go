@@ -21,3 +21,11 @@ func OverwriteForTest(ctx context.Context, s Store, team string, d Digest, b []b
 	}
 	return fmt.Errorf("no such store %T", s)
 }
+
+// StartUploadForTest begins a multipart upload under team and leaves it
+// unfinished, as a crash would.
+func StartUploadForTest(ctx context.Context, s *S3, team string) error {
+	core := minio.Core{Client: s.c}
+	_, err := core.NewMultipartUpload(ctx, s.bucket, s.prefix+teamPrefix(team)+"unfinished", minio.PutObjectOptions{})
+	return err
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -251,4 +252,26 @@ func (s *S3) List(ctx context.Context, team string) ([]Info, error) {
 		out = append(out, Info{Digest: d, Size: oi.Size, Modified: oi.LastModified})
 	}
 	return out, nil
+}
+
+// AbortStale removes the parts of multipart uploads under the store's
+// prefix begun before before: a node that crashed mid-upload leaves them,
+// and the service keeps (and bills) them until they are aborted.
+func (s *S3) AbortStale(ctx context.Context, before time.Time) (int, error) {
+	n := 0
+	var errs []error
+	for u := range s.c.ListIncompleteUploads(ctx, s.bucket, s.prefix+"teams/", true) {
+		if u.Err != nil {
+			return n, fmt.Errorf("blobstore: listing unfinished uploads: %w", u.Err)
+		}
+		if !u.Initiated.Before(before) {
+			continue
+		}
+		if err := s.c.RemoveIncompleteUpload(ctx, s.bucket, u.Key); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }

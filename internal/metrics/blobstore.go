@@ -92,3 +92,18 @@ func (b *timedBlobs) List(ctx context.Context, team string) ([]blobstore.Info, e
 	b.observe("list", start, err)
 	return infos, err
 }
+
+// AbortStale passes on to the store's, if it has one (an S3 store's
+// unfinished uploads).
+func (b *timedBlobs) AbortStale(ctx context.Context, before time.Time) (int, error) {
+	a, ok := b.Store.(interface {
+		AbortStale(context.Context, time.Time) (int, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	start := time.Now()
+	n, err := a.AbortStale(ctx, before)
+	b.observe("abort_stale", start, err)
+	return n, err
+}

@@ -279,5 +279,13 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 			removed++
 		}
 	}
+	// Parts of uploads a crash cut short (an S3 store's).
+	if a, ok := blobs.(interface {
+		AbortStale(context.Context, time.Time) (int, error)
+	}); ok {
+		n, err := a.AbortStale(ctx, before)
+		removed += n
+		errs = append(errs, err)
+	}
 	return removed, errors.Join(errs...)
 }
