@@ -14,6 +14,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -51,6 +52,11 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 	start := time.Now()
 	if err := m.faultPoint("pause-before-upload", id); err != nil {
 		return err
+	}
+	// A writable layer that is a plain directory (no disk limit) holds
+	// owners, modes and overlay whiteouts a pack does not keep.
+	if _, err := os.Stat(filepath.Join(home, rootfs.DiskImageName)); err != nil {
+		return fmt.Errorf("only a sandbox with a disk image (a disk limit) can be stored: %w", err)
 	}
 	f, err := os.CreateTemp(m.cfg.BlobTemp, id+".pack-*")
 	if err != nil {
