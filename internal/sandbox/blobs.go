@@ -144,7 +144,7 @@ func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, 
 		m.log.Error("fetching a paused sandbox from the blob store", "sandbox", id, "blob", d.String(), "err", err)
 		step := "fetching it from the blob store"
 		if errors.Is(err, blobstore.ErrCorrupt) {
-			step = "verifying its blob (" + err.Error() + "): it was not resumed"
+			step = "verifying its blob from the store (" + err.Error() + ")"
 		}
 		return nil, &ResumeError{ID: id, Step: step, Err: err}
 	}
