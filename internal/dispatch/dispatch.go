@@ -450,6 +450,17 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 		return store.Sandbox{}, false, err
 	}
 	defer release()
+	if inBlobStore(rec) && n.State != store.NodeReady {
+		// A drained (or cordoned) node's paused sandboxes resume
+		// elsewhere from the store.
+		var out store.Sandbox
+		resumed := false
+		err := d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+		return out, resumed, err
+	}
 	out, resumed, err := c.Connect(ctx, teamID, id, timeout, memory)
 	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
 		// Its node has no room: any other may take it from the store.
@@ -505,6 +516,16 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts 
 		return store.Sandbox{}, err
 	}
 	defer release()
+	if inBlobStore(rec) && n.State != store.NodeReady {
+		// A drained (or cordoned) node's paused sandboxes resume
+		// elsewhere from the store.
+		var out store.Sandbox
+		err := d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+		return out, err
+	}
 	out, err := d.client(n).Resume(ctx, teamID, id, opts)
 	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
 		// Its node has no room: any other may take it from the store.

@@ -54,6 +54,7 @@ func (d *Dispatcher) resumeOn(ctx context.Context, rec store.Sandbox, cands []st
 		return fmt.Errorf("%w: no node is ready to resume sandbox %s (`warren nodes` shows their states)", sandbox.ErrNoCapacity, rec.ID)
 	}
 	var refusals []string
+	var notFound error
 	for _, n := range cands {
 		err := resume(d.client(n))
 		if err == nil {
@@ -61,10 +62,18 @@ func (d *Dispatcher) resumeOn(ctx context.Context, rec store.Sandbox, cands []st
 			d.log.InfoContext(ctx, "dispatch: resumed a sandbox away from its node", "sandbox", rec.ID, "from", rec.Node, "on", n.Name)
 			return nil
 		}
-		if !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable) {
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			// A node without the blob store, or one that holds a stale
+			// copy: the next may take it.
+			notFound = err
+		case !errors.Is(err, sandbox.ErrNoCapacity) && !errors.Is(err, sandbox.ErrNodeUnavailable):
 			return err
 		}
 		refusals = append(refusals, n.Name+": "+err.Error())
+	}
+	if notFound != nil && len(refusals) == 1 {
+		return notFound
 	}
 	return fmt.Errorf("%w: no node can resume sandbox %s now (%s)", sandbox.ErrNoCapacity, rec.ID, strings.Join(refusals, "; "))
 }

@@ -95,4 +95,26 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 	if got := c.nodes["nb"].asked; len(got) != 1 || got[0] != "resume t1 stored" {
 		t.Fatalf("nb was asked %v", got)
 	}
+
+	// Its node drained: another node takes it, the drained one is not asked.
+	if _, err := c.st.UpdateSandbox(ctx, "stored", func(s *store.Sandbox) error {
+		s.State, s.Node = store.StatePaused, "nb"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes["nb"].set(nil)
+	if err := c.st.SetNodeState(ctx, "nb", store.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	c.later(time.Second)
+	if _, _, err := d.Connect(ctx, "t1", "stored", time.Minute, true); err != nil {
+		t.Fatalf("connect with its node drained: %v", err)
+	}
+	if got := c.nodes["na"].asked; len(got) != 4 || got[3] != "connect t1 stored" {
+		t.Fatalf("na was asked %v", got)
+	}
+	if got := c.nodes["nb"].asked; len(got) != 1 {
+		t.Fatalf("the drained node was asked %v", got)
+	}
 }

@@ -55,7 +55,19 @@ func BenchmarkPauseResumeAcrossNodes(b *testing.B) {
 		if _, err := c.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error { s.Node = "gone"; return nil }); err != nil {
 			b.Fatal(err)
 		}
+		// Only wbsb may take it (wbsa keeps a copy it must not use).
+		for _, n := range []string{nodeSpecs[0].name, localNode.name} {
+			if err := c.setNode(ctx, n, store.NodeCordoned); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
 		storeResume = append(storeResume, ms(timed("POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 60}, http.StatusCreated)))
+		for _, n := range []string{nodeSpecs[0].name, localNode.name} {
+			if err := c.setNode(ctx, n, store.NodeReady); err != nil {
+				b.Fatal(err)
+			}
+		}
 		if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.Node != nodeSpecs[1].name {
 			b.Fatalf("resumed on %q, not %s: %v", rec.Node, nodeSpecs[1].name, err)
 		}

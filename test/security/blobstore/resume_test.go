@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,8 +25,9 @@ import (
 // crashes mid-resume (after the download) and the sandbox is still
 // paused; a corrupted and a truncated blob are refused and the sandbox
 // stays paused; the whole blob resumes on B with the sandbox's files
-// and processes; another team reaches nothing; the S3 credentials
-// appear in no log or answer.
+// and processes; drained, B pauses it into the store again and it
+// resumes on A; another team reaches nothing; the S3 credentials appear
+// in no log or answer.
 func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 	fault := func(step string) []string {
 		return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"}
@@ -194,6 +196,26 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	}
 	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", sb.ID)); err == nil {
 		t.Errorf("A kept the files of the sandbox B resumed")
+	}
+
+	// `warren nodes drain` of B pauses the sandbox into the store, and
+	// it resumes on A (ready) on its next connect, as it was.
+	if out, err := exec.CommandContext(ctx, c.warren, "nodes", "drain", b.name, "--timeout", "2m", "--store", c.storeURL).CombinedOutput(); err != nil {
+		t.Fatalf("warren nodes drain: %v: %s", err, out)
+	}
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.State != store.StatePaused || rec.Node != b.name || rec.PausedBlob == "" {
+		t.Fatalf("after B's drain: %+v %v", rec, err)
+	}
+	time.Sleep(time.Second) // the api sees B draining
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
+		t.Fatalf("connect after B's drain: %v %v", r, err)
+	}
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.State != store.StateRunning || rec.Node != a.name {
+		t.Fatalf("after the connect that followed B's drain: %+v %v", rec, err)
+	}
+	counted("resumed on A after B's drain")
+	if err := c.setNode(ctx, b.name, store.NodeReady); err != nil {
+		t.Fatal(err)
 	}
 
 	// The credentials are in no log and no answer.
