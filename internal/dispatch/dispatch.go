@@ -8,7 +8,8 @@
 // that node's. When the node is lost (no heartbeat for LostAfter), its
 // sandboxes are gone to the API (404, not a hang) until the node comes
 // back and adopts them again; a paused sandbox's checkpoint stays on its
-// node's data dir, so it resumes there only.
+// node's data dir, so it resumes there only, unless it is in the nodes'
+// blob store (resume.go).
 package dispatch
 
 import (

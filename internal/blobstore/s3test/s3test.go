@@ -2,6 +2,14 @@
 // tests: SeaweedFS (`weed mini`, Apache-2.0), built once by
 // scripts/install-deps.sh into WeedPath. Not a fake: the tests talk to
 // the same server code an operator may run.
+//
+// Why SeaweedFS: MinIO's server is AGPL-3.0; fakes (gofakes3) check
+// nothing a real service does; SeaweedFS is a well-kept Apache-2.0 Go
+// module served by the Go proxy, whose `weed mini` runs master, volume,
+// filer and S3 gateway in one process bound to loopback, with its
+// telemetry turned off here. Its build is heavy (~7 CPU-minutes, 25 min
+// of wall time on a loaded 2-core box, a 230 MB binary), hence once, in
+// install-deps.sh; a server starts in 2-3 s.
 package s3test
 
 import (
