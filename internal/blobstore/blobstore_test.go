@@ -7,12 +7,44 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/blobstore/s3test"
 )
+
+// shared is the package's S3 server, started by its first user.
+var shared struct {
+	once sync.Once
+	dir  string
+	srv  *s3test.Server
+	err  error
+}
+
+func sharedS3(t *testing.T) *s3test.Server {
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "warren-blobstore-s3-"); shared.err == nil {
+			shared.srv, shared.err = s3test.StartDir(shared.dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.srv
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
 
 // stores runs f against a local store and one in a real S3 server.
 func stores(t *testing.T, f func(t *testing.T, s blobstore.Store, corrupt func(team string, d blobstore.Digest, b []byte))) {
@@ -30,8 +62,7 @@ func stores(t *testing.T, f func(t *testing.T, s blobstore.Store, corrupt func(t
 		})
 	})
 	t.Run("s3", func(t *testing.T) {
-		srv := s3test.Start(t)
-		s, err := blobstore.NewS3(context.Background(), srv.Config("cluster-a"))
+		s, err := blobstore.NewS3(context.Background(), sharedS3(t).Config("cluster-a"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,9 +168,8 @@ func TestStore(t *testing.T) {
 // An upload a crash cut short leaves parts; AbortStale removes those
 // begun before its time, and only those.
 func TestS3AbortStale(t *testing.T) {
-	srv := s3test.Start(t)
 	ctx := context.Background()
-	s, err := blobstore.NewS3(ctx, srv.Config("cluster-a"))
+	s, err := blobstore.NewS3(ctx, sharedS3(t).Config("abort"))
 	if err != nil {
 		t.Fatal(err)
 	}
