@@ -34,7 +34,8 @@ func Open(ctx context.Context, o Options) (Store, error) {
 	case filepath.IsAbs(o.URL):
 		return NewLocal(o.URL)
 	default:
-		return nil, fmt.Errorf("blobstore: --blob-store %q is neither s3://bucket[/prefix] nor an absolute directory", o.URL)
+		// Not echoed: a mistyped URL may hold a secret.
+		return nil, fmt.Errorf("blobstore: --blob-store is neither s3://bucket[/prefix] nor an absolute directory")
 	}
 	bucket, prefix, err := ParseS3URL(o.URL)
 	if err != nil {
@@ -47,7 +48,7 @@ func Open(ctx context.Context, o Options) (Store, error) {
 		if strings.Contains(host, "://") {
 			u, err := url.Parse(host)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-				return nil, fmt.Errorf("blobstore: --blob-store-endpoint %q is not [http(s)://]host[:port]", o.Endpoint)
+				return nil, fmt.Errorf("blobstore: --blob-store-endpoint is not [http(s)://]host[:port]")
 			}
 			host, cfg.Insecure = u.Host, u.Scheme == "http"
 		}

@@ -59,8 +59,12 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil
 // ParseS3URL reads s3://bucket[/prefix] into c's Bucket and Prefix.
 func ParseS3URL(raw string) (bucket, prefix string, err error) {
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "s3" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", "", fmt.Errorf("blobstore: %q is not s3://bucket[/prefix]", raw)
+	if err == nil && u.User != nil {
+		// Never echoed: it may hold a secret.
+		return "", "", errors.New("blobstore: the store URL must not hold credentials (use --blob-store-access-key and --blob-store-secret-key-file)")
+	}
+	if err != nil || u.Scheme != "s3" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", errors.New("blobstore: the store URL is not s3://bucket[/prefix]")
 	}
 	prefix = strings.Trim(path.Clean("/"+u.Path), "/")
 	return u.Host, prefix, nil
