@@ -111,6 +111,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.BlobStore.PathStyle, "blob-store-path-style", false, "address --blob-store's bucket in the URL path rather than the host name (MinIO, SeaweedFS, Ceph)")
 	fs.StringVar(&f.BlobStore.AccessKey, "blob-store-access-key", "", "access key ID for --blob-store, with --blob-store-secret-key-file (default: $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY, else the shared credentials file)")
 	fs.StringVar(&f.BlobStore.SecretKeyFile, "blob-store-secret-key-file", "", "`FILE` holding the secret key of --blob-store-access-key")
+	fs.IntVar(&f.BlobCacheMB, "blob-cache-mb", 0, "most MiB of paused sandboxes' files this node keeps beside --blob-store: the least recently paused go first and are fetched back at their resume (running sandboxes are never touched); 0: no bound")
 	fs.StringVar(&f.BlobStore.CredentialsFile, "blob-store-credentials-file", "", "AWS shared credentials `FILE` for --blob-store (default: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials; profile $AWS_PROFILE)")
 	fs.DurationVar(&f.PausedRetention, "paused-retention", sandbox.DefaultPausedRetention, "paused sandboxes are removed, with their checkpoints, this long after they were paused")
 	fs.Float64Var(&f.APIRateLimit, "api-rate-limit", 50, "API requests per second per team, burst twice that (over: 429); 0: no limit")

@@ -10,9 +10,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
+	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -294,4 +296,78 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// trimCopies bounds what the paused sandboxes stored in the blob store
+// keep on this node (Config.BlobCacheMB): the copies of the least
+// recently paused go first, and come back from the store at their
+// resume (fetchIfEvicted). A running sandbox is never touched, nor a
+// paused one whose pause or resume is under way (its lock is held).
+func (m *Manager) trimCopies(ctx context.Context) {
+	if m.cfg.BlobCacheMB <= 0 {
+		return
+	}
+	type copyOf struct {
+		l     *live
+		bytes int64
+		at    time.Time
+	}
+	var copies []copyOf
+	var total int64
+	m.mu.Lock()
+	var paused []*live
+	for _, l := range m.live {
+		if l.paused && l.parked.Dir != "" {
+			paused = append(paused, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range paused {
+		n, err := hostres.AllocatedBytes(l.parked.Dir)
+		if err != nil || n == 0 {
+			continue
+		}
+		copies = append(copies, copyOf{l, n, l.pausedAt})
+		total += n
+	}
+	slices.SortFunc(copies, func(a, b copyOf) int { return a.at.Compare(b.at) })
+	for _, c := range copies {
+		if total <= int64(m.cfg.BlobCacheMB)<<20 {
+			return
+		}
+		if !c.l.mu.TryLock() {
+			continue // a pause or resume of it is under way
+		}
+		rec, err := m.cfg.Store.GetSandbox(ctx, c.l.id)
+		if err == nil && rec.State == store.StatePaused && rec.PausedBlob != "" && rec.Node == m.cfg.NodeName {
+			if err := m.cfg.Node.DeletePaused(ctx, c.l.parked); err != nil {
+				m.log.Warn("evicting a paused sandbox's copy", "sandbox", c.l.id, "err", err)
+			} else {
+				total -= c.bytes
+				m.log.Info("evicted a paused sandbox's copy: its blob stays in the store", "sandbox", c.l.id, "bytes", c.bytes)
+			}
+		}
+		c.l.mu.Unlock()
+	}
+}
+
+// fetchIfEvicted brings back a paused sandbox's files from the blob
+// store when trimCopies evicted them.
+func (m *Manager) fetchIfEvicted(ctx context.Context, teamID string, rec store.Sandbox, p node.Paused) error {
+	if _, err := os.Stat(p.Dir); err == nil || rec.PausedBlob == "" || m.cfg.Blobs == nil {
+		return nil
+	}
+	d, err := blobstore.ParseDigest(rec.PausedBlob)
+	if err != nil {
+		return err
+	}
+	if err := m.cfg.Node.DeletePaused(ctx, p); err != nil {
+		return err
+	}
+	if err := m.fetchPaused(ctx, teamID, d, p.Dir); err != nil {
+		_ = os.RemoveAll(p.Dir)
+		return err
+	}
+	m.log.Info("fetched an evicted paused sandbox back from the blob store", "sandbox", rec.ID, "blob", rec.PausedBlob)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -214,6 +215,7 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 			go m.flush(p)
 			return true, nil, fmt.Errorf("sandbox: %s is paused on its node but %w: %v", l.id, ErrBlobStore, err)
 		}
+		go m.trimCopies(context.WithoutCancel(ctx))
 		return true, nil, nil
 	}
 	release = func() {
@@ -360,6 +362,13 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	m.mu.Lock()
 	parked, pausedAt := l.parked, l.pausedAt
 	m.mu.Unlock()
+	if err := m.fetchIfEvicted(ctx, l.teamID, rec, parked); err != nil {
+		step := "fetching it back from the blob store"
+		if errors.Is(err, blobstore.ErrCorrupt) {
+			step = "verifying its blob from the store (" + err.Error() + ")"
+		}
+		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
+	}
 	tr.Mark("admit")
 	committed := false
 	inst, err := m.cfg.Node.ResumeFromDisk(ctx, nreq, parked, opts.Memory, func(inst *node.Instance) error {

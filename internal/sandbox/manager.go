@@ -145,6 +145,10 @@ type Config struct {
 	// their way (required with Blobs).
 	Blobs    blobstore.Store
 	BlobTemp string
+	// BlobCacheMB bounds what paused sandboxes stored in Blobs keep on
+	// this node (least recently paused evicted first; they are fetched
+	// back at their resume); 0: no bound.
+	BlobCacheMB int
 	// BlobGCGrace is how old a blob no record names must be before it is
 	// removed (every 10 minutes). Default DefaultBlobGCGrace.
 	BlobGCGrace time.Duration

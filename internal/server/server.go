@@ -71,7 +71,10 @@ type Config struct {
 	PausedRetention                               time.Duration
 	// BlobStore, if its URL is set, keeps paused sandboxes in a blob
 	// store (internal/blobstore) so that any node resumes them.
-	BlobStore          blobstore.Options
+	BlobStore blobstore.Options
+	// BlobCacheMB bounds the paused sandboxes\' copies a node keeps
+	// beside the blob store (sandbox.Config.BlobCacheMB).
+	BlobCacheMB        int
 	MaxUploadMB        int
 	InsecureRegistries []string
 	InsecureRuntime    bool
@@ -273,7 +276,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	mgr, err = sandbox.New(sandbox.Config{
-		Blobs: blobs, BlobTemp: blobTemp,
+		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB,
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,

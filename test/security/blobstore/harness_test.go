@@ -151,6 +151,10 @@ func startCluster(t testing.TB, nodeEnv map[string][]string, withLocal bool) *cl
 			"--blob-store", "s3://"+c.s3.Bucket+"/warren", "--blob-store-endpoint", "http://"+c.s3.Endpoint,
 			"--blob-store-region", "us-east-1", "--blob-store-path-style",
 			"--blob-store-access-key", c.s3.AccessKey, "--blob-store-secret-key-file", secretFile)
+		if n == nodeSpecs[0] {
+			// A keeps at most 1 MiB of paused sandboxes beside the store.
+			p.args = append(p.args, "--blob-cache-mb", "1")
+		}
 		c.nodes = append(c.nodes, p)
 	}
 	t.Cleanup(func() { c.teardown(t) })

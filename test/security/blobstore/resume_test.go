@@ -27,7 +27,8 @@ import (
 // stays paused; the whole blob resumes on B with the sandbox's files
 // and processes; drained, B pauses it into the store again and it
 // resumes on A; another team reaches nothing; the S3 credentials appear
-// in no log or answer.
+// in no log or answer; evicted from A's bounded copies, it comes back
+// from the store.
 func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 	fault := func(step string) []string {
 		return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"}
@@ -217,6 +218,21 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	if err := c.setNode(ctx, b.name, store.NodeReady); err != nil {
 		t.Fatal(err)
 	}
+
+	// Paused on A, whose copies are bounded to 1 MiB: its copy is
+	// evicted, and the resume fetches it back from the store.
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/pause", nil); err != nil || r.status != http.StatusNoContent {
+		t.Fatalf("pause on A: %v %v", r, err)
+	}
+	home := filepath.Join(a.dataDir, "sandboxes", sb.ID)
+	poll.Within(10*time.Second, 50*time.Millisecond, func() bool { _, err := os.Stat(home); return err != nil })
+	if _, err := os.Stat(home); err == nil {
+		t.Fatalf("A kept its copy of the paused sandbox beyond --blob-cache-mb")
+	}
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
+		t.Fatalf("connect after the eviction: %v %v", r, err)
+	}
+	counted("resumed on A from the store after its copy was evicted")
 
 	// The credentials are in no log and no answer.
 	for _, p := range append(c.nodes, c.api) {
