@@ -60,6 +60,14 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 	if _, err := os.Stat(filepath.Join(home, rootfs.DiskImageName)); err != nil {
 		return fmt.Errorf("only a sandbox with a disk image (a disk limit) can be stored: %w", err)
 	}
+	// Checkpoints of earlier resumes on their way out (node.DropCheckpoint)
+	// are garbage, which a pack must not catch half-removed.
+	dropped, _ := filepath.Glob(filepath.Join(home, "*.dropped-*"))
+	for _, d := range dropped {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
 	f, err := os.CreateTemp(m.cfg.BlobTemp, id+".pack-*")
 	if err != nil {
 		return err
