@@ -92,3 +92,7 @@ go test -run '^$' -bench 'CreateToHealthy|PauseResume|CheckpointRestore' -bencht
 echo
 echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1, real warren serve, runsc, pool 2)"
 (cd test/e2e && node bench/codeinterp.mjs)
+
+echo
+echo "### paused to the blob store (SeaweedFS on loopback) and resumed on another node, vs local pause and resume: 50 MiB resident, 10 rounds (go test -bench; ms)"
+go test -run '^$' -bench 'PauseResumeAcrossNodes' -benchtime 1x -timeout 25m ./test/security/blobstore/ | grep 'bench_test.go' | sed 's/^ *bench_test.go:[0-9]*: /    /'
