@@ -94,5 +94,9 @@ echo "## the code interpreter through @e2b/code-interpreter (code-interpreter-v1
 (cd test/e2e && node bench/codeinterp.mjs)
 
 echo
+echo "## the web dashboard in headless Chromium: first load, the list of 1,000 sandboxes, server CPU of 10 open dashboards (real warren serve)"
+(cd test/e2e && node bench/dashboard.mjs)
+
+echo
 echo "### paused to the blob store (SeaweedFS on loopback) and resumed on another node, vs local pause and resume: 50 MiB resident, 10 rounds (go test -bench; ms)"
 go test -run '^$' -bench 'PauseResumeAcrossNodes' -benchtime 1x -timeout 25m ./test/security/blobstore/ | grep 'bench_test.go' | sed 's/^ *bench_test.go:[0-9]*: /    /'

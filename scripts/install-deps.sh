@@ -35,6 +35,10 @@ apt_install runc busybox-static
 # template has the same packages).
 apt_install python3-ipykernel python3-jupyter-client node-typescript r-base-core r-cran-irkernel
 
+# The dashboard's browser test (test/e2e/platform/dashboard.test.mjs)
+# drives Debian's headless Chromium with puppeteer-core.
+apt_install chromium
+
 # The SDK tests need Node ^20.19 or >= 22.12 (the engines of e2b 2.51.0 and
 # vite 7) with npm. Debian 12's own nodejs is 18, too old, so this only checks.
 node_ok=$(node -e '

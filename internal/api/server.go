@@ -168,7 +168,7 @@ func New(cfg Config) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 		},
 	})
-	return s.withRequestID(s.recoverPanics(s.authenticate(s.limitBody(s.routeAlias(h)))))
+	return s.withRequestID(s.recoverPanics(s.authenticate(s.limitBody(s.routeAlias(s.routeDashboardAPI(h))))))
 }
 
 // routeAlias serves GET /templates/aliases/{alias}, which the generated

@@ -60,11 +60,15 @@ func New(s *settings.Settings, r *reaper.Reaper, log *slog.Logger) *Server {
 	return srv
 }
 
-// ServeHTTP implements http.Handler. GET (and HEAD) /health is always open (the
+// ServeHTTP implements http.Handler. Cross-origin calls get CORS
+// headers and preflights their answer (cors.go). GET (and HEAD) /health is always open (the
 // platform polls it before it can authenticate); every other request,
 // including unknown paths, is refused while envd has no token to check it
 // against, unless it runs with --insecure-no-token.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if cors(w, r) { // a preflight carries no token
+		return
+	}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path == "/health" {
 		w.WriteHeader(http.StatusNoContent)
 		return

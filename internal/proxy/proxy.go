@@ -213,6 +213,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// carries it only when it is an error that points to the log.
 	r = r.WithContext(reqid.NewContext(r.Context(), reqid.New()))
 	defer recoverPanic(p.log, w, r)
+	// The proxy's own answers (errors) can be read by a page calling a
+	// sandbox from another origin (E2B's browser SDK): any origin, never
+	// with credentials. What the sandbox answers keeps its own CORS
+	// headers: this one is dropped before the exchange (upstreamError
+	// sets it again on the proxy's answer when the exchange fails).
+	cors := r.Header.Get("Origin") != ""
+	if cors {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+	}
 	client := ratelimit.ClientKey(r.RemoteAddr)
 	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
 	signed := false
@@ -272,6 +281,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// transport that is still copying it upstream, which breaks the
 	// upstream connection mid-response (and see duplex.go).
 	r = fullDuplex(w, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+	if cors {
+		w.Header().Del("Access-Control-Allow-Origin")
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
@@ -511,6 +523,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	rt := r.Context().Value(routeKey{}).(*route)
 	closeIfUnread(r.Context(), w.Header())
+	if r.Header.Get("Origin") != "" {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+	}
 	if errors.Is(context.Cause(r.Context()), errSandboxEnded) {
 		writeError(w, http.StatusBadGateway, rt.sandboxID, 0, "The sandbox was not found")
 		return

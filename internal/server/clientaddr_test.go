@@ -40,7 +40,7 @@ func TestPublicListenersTrustOnlyTrustedProxies(t *testing.T) {
 			fmt.Fprintf(w, "%s %s xff=%q", name, r.RemoteAddr, r.Header.Get("X-Forwarded-For"))
 		})
 	}
-	srvs, _, err := publicServers(cfg, ls, &http.Server{Handler: who("api")}, who("proxy"))
+	srvs, _, err := publicServers(cfg, nil, ls, &http.Server{Handler: who("api")}, who("proxy"))
 	if err != nil {
 		t.Fatal(err)
 	}

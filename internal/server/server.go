@@ -29,6 +29,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/clientaddr"
 	"github.com/warren-sandbox/warren/internal/cluster"
+	"github.com/warren-sandbox/warren/internal/dashboard"
+	"github.com/warren-sandbox/warren/internal/envdinfo"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
@@ -392,7 +394,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 	}), api.Timeouts{})
-	srvs, certs, err := publicServers(cfg, ls, apiSrv, proxyHandler)
+	srvs, certs, err := publicServers(cfg, st, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
 	}
@@ -437,12 +439,14 @@ func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slo
 // On each, the client's address is the TCP peer's, or, from a
 // --trusted-proxy, what its PROXY header or X-Forwarded-For says
 // (internal/clientaddr): the failed-authentication budgets are kept by it.
-func publicServers(cfg Config, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
+func publicServers(cfg Config, st store.Store, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
 	trusted, err := clientaddr.New(cfg.TrustedProxies)
 	if err != nil {
 		return nil, nil, err
 	}
-	apiSrv.Handler = trusted.Handler(apiSrv.Handler)
+	// The dashboard shares the API's address; its page reaches envd
+	// through the proxy's handler, in process.
+	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiSrv.Handler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st}))
 	proxyHandler = trusted.Handler(proxyHandler)
 	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
 	if len(ls.tls) == 0 {

@@ -1,0 +1,661 @@
+// Package dashboard serves Warren's web dashboard on the API's address:
+// its page and assets (embedded: no CDN, no Node at run time) under
+// /dashboard/, and the two doors through which the page reaches the
+// platform.
+//
+// Sign-in. The page posts an API key or access token to
+// /dashboard/session; the credential is checked by the API itself (an
+// in-process GET /sandboxes, so that its failure budget and its errors
+// apply) and kept in this process's memory under a random session ID,
+// which the browser holds as a cookie: httpOnly (the page's script never
+// sees it), SameSite=Strict, Secure when the request came over TLS,
+// scoped to /dashboard/. Sessions expire (SessionTTL) and are bounded in
+// number (MaxSessions). Signing out forgets the session.
+//
+// The API. The cookie is honoured only under /dashboard/api/: such a
+// request has its credential headers and cookies removed, the session's
+// credential put in their place, the prefix stripped, and goes to the
+// API's handler, which authenticates, scopes by team and answers it as
+// any other call. The plain API never looks at cookies, so it keeps
+// requiring X-API-Key (or a bearer token), and a revoked key stops its
+// sessions at their next request.
+//
+// envd. /dashboard/envd/{sandboxID}/... reaches the sandbox's envd
+// (Connect RPC and /files) through the sandbox proxy: the sandbox is
+// looked up through the API with the session's credential (so another
+// team's, or an unknown, sandbox is 404), and the proxy gets the
+// sandbox's envd access token from the server side, never from the
+// page. envd runs inside the sandbox, where its tenant's code may have
+// replaced it, so its answers are treated as hostile: Set-Cookie is
+// dropped, and every answer is served with nosniff, a sandboxing CSP and
+// as an attachment, so that nothing a sandbox sends can run as the
+// dashboard.
+//
+// CSRF. Besides SameSite=Strict, every request under /dashboard/api/,
+// /dashboard/envd/ and to /dashboard/session must carry the header
+// X-Warren-Dashboard (a cross-origin page cannot send it without a CORS
+// preflight, which is never granted), and a request with an Origin must
+// come from this server's own origin.
+package dashboard
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// Prefix is where the dashboard is served.
+const Prefix = "/dashboard/"
+
+// Header is the header every call of the page carries (CSRF).
+const Header = "X-Warren-Dashboard"
+
+// SessionHeader says "none" on an answer refused for want of a session
+// (rather than by the API), so that the page shows its sign-in again.
+const SessionHeader = "X-Warren-Session"
+
+// CookieName is the session cookie's name.
+const CookieName = "warren_session"
+
+const (
+	// SessionTTL is how long a session lasts from sign-in.
+	SessionTTL = 12 * time.Hour
+	// MaxSessions bounds the sessions kept: past it, sign-in first drops
+	// expired ones, then refuses (503).
+	MaxSessions = 10000
+	// MaxSessionsPerTeam bounds one team's sessions: its next sign-in
+	// ends its oldest, so that no team can fill the table for the others.
+	MaxSessionsPerTeam = 100
+	// envdTokenTTL is how long a sandbox's envd token is kept per
+	// session, so that a terminal's keystrokes do not each look it up.
+	envdTokenTTL = 30 * time.Second
+	// envdDeadline bounds an envd exchange (a terminal's stream) in
+	// place of the API server's write timeout.
+	envdDeadline  = time.Hour
+	maxSignInBody = 4096
+)
+
+// Config wires a Handler.
+type Config struct {
+	// API is the platform API's handler (internal/api), which serves
+	// everything outside /dashboard/.
+	API http.Handler
+	// Envd is the sandbox proxy's handler; nil: /dashboard/envd/ is 501.
+	Envd http.Handler
+	// EnvdPort is envd's port in sandboxes.
+	EnvdPort int
+	// Store resolves a signed-in credential's team, which bounds its
+	// sessions (MaxSessionsPerTeam); nil: each credential counts as a team.
+	Store store.Store
+	// Now is the sessions' clock; nil: time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the dashboard, and the API for everything else.
+type Handler struct {
+	cfg    Config
+	web    fs.FS
+	assets http.Handler
+
+	// gz holds each text asset gzipped, made on its first request (the
+	// assets are fixed at build time).
+	gzMu sync.Mutex
+	gz   map[string][]byte
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+type session struct {
+	header, secret string // the credential's header and value
+	team           string
+	mask           string
+	expires        time.Time
+	// tokens caches each sandbox's envd access token.
+	tokens map[string]envdToken
+}
+
+type envdToken struct {
+	token   string
+	fetched time.Time
+}
+
+// New returns the handler for the API's address.
+func New(cfg Config) *Handler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.EnvdPort == 0 {
+		cfg.EnvdPort = 49983
+	}
+	sub, err := fs.Sub(webFS, "web")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return &Handler{cfg: cfg, web: sub, assets: http.FileServerFS(sub), gz: map[string][]byte{}, sessions: map[string]*session{}}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch {
+	case p == "/" && r.Method == http.MethodGet && wantsHTML(r):
+		http.Redirect(w, r, Prefix, http.StatusFound)
+	case p == "/dashboard":
+		http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
+	case strings.HasPrefix(p, Prefix+"api/"):
+		h.serveAPI(w, r, strings.TrimPrefix(p, Prefix+"api"))
+	case strings.HasPrefix(p, Prefix+"envd/"):
+		h.serveEnvd(w, r, strings.TrimPrefix(p, Prefix+"envd/"))
+	case p == Prefix+"session":
+		h.serveSession(w, r)
+	case strings.HasPrefix(p, Prefix):
+		h.serveAsset(w, r, strings.TrimPrefix(p, Prefix))
+	default:
+		h.cfg.API.ServeHTTP(w, r)
+	}
+}
+
+// wantsHTML tells a browser's navigation from an SDK's call: the SDK
+// sends credentials and no text/html Accept.
+func wantsHTML(r *http.Request) bool {
+	return r.Header.Get("X-API-Key") == "" && r.Header.Get("Authorization") == "" &&
+		strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": status, "message": msg})
+}
+
+// pageHeaders are every dashboard page's and asset's security headers.
+func pageHeaders(w http.ResponseWriter) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+}
+
+func (h *Handler) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeError(w, http.StatusMethodNotAllowed, "the dashboard's pages are read with GET")
+		return
+	}
+	pageHeaders(w)
+	if name == "" {
+		name = "index.html"
+	}
+	if strings.HasPrefix(name, "vendor/") {
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	if h.serveGzipped(w, r, name) {
+		return
+	}
+	if name == "index.html" {
+		name = "" // the file server redirects index.html to its directory
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/" + name
+	h.assets.ServeHTTP(w, r2)
+}
+
+// textTypes are the assets served gzipped, and their types.
+var textTypes = map[string]string{
+	".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
+	".css": "text/css; charset=utf-8", ".html": "text/html; charset=utf-8",
+}
+
+// serveGzipped serves a text asset gzipped to a browser that takes it
+// (a third of the bytes); false: not such an asset or request.
+func (h *Handler) serveGzipped(w http.ResponseWriter, r *http.Request, name string) bool {
+	ctype, text := textTypes[path.Ext(name)]
+	if !text || !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") || !fs.ValidPath(name) {
+		return false
+	}
+	h.gzMu.Lock()
+	body, ok := h.gz[name]
+	h.gzMu.Unlock()
+	if !ok {
+		raw, err := fs.ReadFile(h.web, name)
+		if err != nil {
+			return false
+		}
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(raw)
+		_ = zw.Close()
+		body = buf.Bytes()
+		h.gzMu.Lock()
+		h.gz[name] = body
+		h.gzMu.Unlock()
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", ctype)
+	hd.Set("Content-Encoding", "gzip")
+	hd.Set("Vary", "Accept-Encoding")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+	return true
+}
+
+// checkCSRF refuses a call that a page of another origin could have
+// made: one without the dashboard's header, or with a foreign Origin.
+func checkCSRF(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get(Header) == "" {
+		writeError(w, http.StatusForbidden, "dashboard calls carry the "+Header+" header")
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
+		writeError(w, http.StatusForbidden, "cross-origin dashboard calls are refused")
+		return false
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		writeError(w, http.StatusForbidden, "cross-site dashboard calls are refused")
+		return false
+	}
+	return true
+}
+
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host) && u.Path == "" && u.RawQuery == ""
+}
+
+func newID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// sessionOf is the request's live session, or nil.
+//
+// Two session cookies are no session: a page of a sibling host (a
+// sandbox's, under the same domain) can set a second one, scoped to a
+// longer path so that it comes first, to sign the user into its own
+// session (cookie tossing).
+func (h *Handler) sessionOf(r *http.Request) (string, *session) {
+	cs := r.CookiesNamed(CookieName)
+	if len(cs) != 1 || cs[0].Value == "" {
+		return "", nil
+	}
+	c := cs[0]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.sessions[c.Value]
+	if s == nil {
+		return "", nil
+	}
+	if !h.cfg.Now().Before(s.expires) {
+		delete(h.sessions, c.Value)
+		return "", nil
+	}
+	return c.Value, s
+}
+
+func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: CookieName, Value: value, Path: Prefix, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
+}
+
+// serveSession: GET tells whether the cookie's session is live, POST
+// signs in ({"key": "e2b_…" or "sk_e2b_…"}), DELETE signs out.
+func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if !checkCSRF(w, r) {
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		_, s := h.sessionOf(r)
+		if s == nil {
+			writeError(w, http.StatusUnauthorized, "not signed in")
+			return
+		}
+		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+	case http.MethodDelete:
+		if id, _ := h.sessionOf(r); id != "" {
+			h.mu.Lock()
+			delete(h.sessions, id)
+			h.mu.Unlock()
+		}
+		http.SetCookie(w, h.cookie(r, "", -1))
+		w.WriteHeader(http.StatusNoContent)
+	case http.MethodPost:
+		h.signIn(w, r)
+	default:
+		writeError(w, http.StatusMethodNotAllowed, "GET, POST or DELETE")
+	}
+}
+
+func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Key string `json:"key"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxSignInBody)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "the body is {\"key\": \"<API key or access token>\"}")
+		return
+	}
+	secret := strings.TrimSpace(body.Key)
+	header, value := "X-API-Key", secret
+	if strings.HasPrefix(secret, "sk_e2b_") {
+		header, value = "Authorization", "Bearer "+secret
+	}
+	if secret == "" {
+		writeError(w, http.StatusUnauthorized, "missing credentials: paste an API key (e2b_…) or an access token (sk_e2b_…)")
+		return
+	}
+	// The API judges the credential: its failure budget and its
+	// messages are the sign-in's.
+	check := httptest.NewRecorder()
+	req := h.apiRequest(r.Context(), r, http.MethodGet, "/sandboxes", nil)
+	req.Header.Set(header, value)
+	h.cfg.API.ServeHTTP(check, req)
+	if check.Code != http.StatusOK {
+		copyHeader(w.Header(), check.Header(), "Retry-After", "Content-Type")
+		w.WriteHeader(check.Code)
+		_, _ = w.Write(check.Body.Bytes())
+		return
+	}
+	team, err := h.teamOf(r.Context(), secret)
+	if err != nil || team == "" {
+		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
+		return
+	}
+	now := h.cfg.Now()
+	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: now.Add(SessionTTL), tokens: map[string]envdToken{}}
+	id := newID()
+	h.mu.Lock()
+	h.makeRoom(team, now)
+	full := len(h.sessions) >= MaxSessions
+	if !full {
+		h.sessions[id] = s
+	}
+	h.mu.Unlock()
+	if full {
+		writeError(w, http.StatusServiceUnavailable, "too many dashboard sessions on this server; retry later")
+		return
+	}
+	http.SetCookie(w, h.cookie(r, id, int(SessionTTL/time.Second)))
+	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+}
+
+// teamOf is the team a credential the API accepted belongs to.
+func (h *Handler) teamOf(ctx context.Context, secret string) (string, error) {
+	if h.cfg.Store == nil {
+		return "credential:" + auth.Hash(secret), nil
+	}
+	kind := store.KindAPIKey
+	if strings.HasPrefix(secret, auth.AccessTokenPrefix) {
+		kind = store.KindAccessToken
+	}
+	k, err := auth.Authenticate(ctx, h.cfg.Store, kind, secret)
+	if err != nil {
+		return "", err
+	}
+	return k.TeamID, nil
+}
+
+// makeRoom drops expired sessions when the table is full, and the team's
+// oldest while it has MaxSessionsPerTeam. h.mu is held.
+func (h *Handler) makeRoom(team string, now time.Time) {
+	if len(h.sessions) >= MaxSessions {
+		for k, old := range h.sessions {
+			if !now.Before(old.expires) {
+				delete(h.sessions, k)
+			}
+		}
+	}
+	for {
+		n, oldest := 0, ""
+		for k, s := range h.sessions {
+			if s.team != team {
+				continue
+			}
+			n++
+			if oldest == "" || s.expires.Before(h.sessions[oldest].expires) {
+				oldest = k
+			}
+		}
+		if n < MaxSessionsPerTeam {
+			return
+		}
+		delete(h.sessions, oldest)
+	}
+}
+
+func mask(secret string) string {
+	if len(secret) <= 12 {
+		return strings.Repeat("*", len(secret))
+	}
+	return secret[:8] + "…" + secret[len(secret)-4:]
+}
+
+func writeJSONBody(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func copyHeader(dst, src http.Header, names ...string) {
+	for _, n := range names {
+		if v := src.Values(n); len(v) > 0 {
+			dst[http.CanonicalHeaderKey(n)] = v
+		}
+	}
+}
+
+// apiRequest is an in-process request to the API on behalf of r: r's
+// client address, none of its credentials or cookies.
+func (h *Handler) apiRequest(ctx context.Context, r *http.Request, method, path string, body io.Reader) *http.Request {
+	req := httptest.NewRequestWithContext(ctx, method, path, body)
+	req.RemoteAddr = r.RemoteAddr
+	req.Host = r.Host
+	return req
+}
+
+// stripCredentials removes whatever credential or cookie the browser
+// sent, so that only the session's reaches the API or a sandbox.
+func stripCredentials(hd http.Header) {
+	for _, n := range []string{"Cookie", "X-API-Key", "Authorization", "X-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port", Header} {
+		hd.Del(n)
+	}
+}
+
+// authorize checks CSRF and the session.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) *session {
+	w.Header().Set("Cache-Control", "no-store")
+	if !checkCSRF(w, r) {
+		return nil
+	}
+	_, s := h.sessionOf(r)
+	if s == nil {
+		w.Header().Set(SessionHeader, "none")
+		writeError(w, http.StatusUnauthorized, "not signed in (or the session expired): sign in again")
+		return nil
+	}
+	return s
+}
+
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+	s := h.authorize(w, r)
+	if s == nil {
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = path
+	r2.URL.RawPath = ""
+	r2.RequestURI = ""
+	stripCredentials(r2.Header)
+	r2.Header.Set(s.header, s.secret)
+	h.cfg.API.ServeHTTP(w, r2)
+}
+
+// envdToken finds the sandbox's envd access token through the API with
+// the session's credential: the API's answer (404 for another team's
+// sandbox) is the caller's when it fails.
+func (h *Handler) envdToken(w http.ResponseWriter, r *http.Request, s *session, id string) (string, bool) {
+	now := h.cfg.Now()
+	h.mu.Lock()
+	t, ok := s.tokens[id]
+	h.mu.Unlock()
+	if ok && now.Sub(t.fetched) < envdTokenTTL {
+		return t.token, true
+	}
+	rec := httptest.NewRecorder()
+	req := h.apiRequest(r.Context(), r, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
+	req.Header.Set(s.header, s.secret)
+	h.cfg.API.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return "", false
+	}
+	var sb struct {
+		EnvdAccessToken *string `json:"envdAccessToken"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &sb); err != nil {
+		writeError(w, http.StatusBadGateway, "the sandbox's record could not be read")
+		return "", false
+	}
+	tok := ""
+	if sb.EnvdAccessToken != nil {
+		tok = *sb.EnvdAccessToken
+	}
+	h.mu.Lock()
+	if len(s.tokens) > 1000 { // bounded: a session browsing many sandboxes starts over
+		clear(s.tokens)
+	}
+	s.tokens[id] = envdToken{token: tok, fetched: now}
+	h.mu.Unlock()
+	return tok, true
+}
+
+// validSandboxID is what the proxy accepts as a sandbox ID.
+func validSandboxID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, rest string) {
+	s := h.authorize(w, r)
+	if s == nil {
+		return
+	}
+	if h.cfg.Envd == nil {
+		writeError(w, http.StatusNotImplemented, "this server has no sandbox proxy")
+		return
+	}
+	id, path, _ := strings.Cut(rest, "/")
+	if !validSandboxID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid sandbox ID %q", id))
+		return
+	}
+	tok, ok := h.envdToken(w, r, s, id)
+	if !ok {
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/" + path
+	r2.URL.RawPath = ""
+	r2.RequestURI = ""
+	// envd's Basic Authorization names the user a call runs as (no
+	// secret): the only Authorization passed to a sandbox.
+	user := r.Header.Get("Authorization")
+	stripCredentials(r2.Header)
+	if len(user) > 6 && strings.EqualFold(user[:6], "basic ") {
+		r2.Header.Set("Authorization", user)
+	}
+	r2.Header.Del("Origin")
+	r2.Header.Set("E2b-Sandbox-Id", id)
+	r2.Header.Set("E2b-Sandbox-Port", fmt.Sprint(h.cfg.EnvdPort))
+	if tok != "" {
+		r2.Header.Set("X-Access-Token", tok)
+	}
+	// A terminal's stream outlives the API server's write timeout.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(envdDeadline))
+	_ = rc.SetReadDeadline(time.Now().Add(envdDeadline))
+	h.cfg.Envd.ServeHTTP(&hostileWriter{ResponseWriter: w}, r2)
+}
+
+// hostileWriter serves what a sandbox answers so that it cannot act as
+// the dashboard's origin.
+type hostileWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (hw *hostileWriter) WriteHeader(status int) {
+	if !hw.wrote {
+		hw.wrote = true
+		hd := hw.ResponseWriter.Header()
+		hd.Del("Set-Cookie")
+		hd.Del("Access-Control-Allow-Origin")
+		hd.Del("Access-Control-Allow-Credentials")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+		hd.Set("Content-Disposition", "attachment")
+		hd.Set("Cache-Control", "no-store")
+	}
+	hw.ResponseWriter.WriteHeader(status)
+}
+
+func (hw *hostileWriter) Write(b []byte) (int, error) {
+	if !hw.wrote {
+		hw.WriteHeader(http.StatusOK)
+	}
+	return hw.ResponseWriter.Write(b)
+}
+
+func (hw *hostileWriter) Unwrap() http.ResponseWriter { return hw.ResponseWriter }
+
+func (hw *hostileWriter) Flush() {
+	if !hw.wrote {
+		hw.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(hw.ResponseWriter).Flush()
+}
