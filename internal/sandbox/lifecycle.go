@@ -261,7 +261,7 @@ type ResumeOptions struct {
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
 func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
-	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", opts.Timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, err
 	}
 	l, err := m.lookupOrAdopt(ctx, teamID, id)
@@ -279,7 +279,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
 func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
-	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, false, err
 	}
 	l, err := m.lookupOrAdopt(ctx, teamID, id)

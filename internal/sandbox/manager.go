@@ -145,6 +145,9 @@ type Config struct {
 	// their way (required with Blobs).
 	Blobs    blobstore.Store
 	BlobTemp string
+	// MaxTimeout bounds every term a sandbox is given (create, connect,
+	// resume, fork, set timeout); default MaxTimeout (E2B's 24 h).
+	MaxTimeout time.Duration
 	// BlobCacheMB bounds what paused sandboxes stored in Blobs keep on
 	// this node (least recently paused evicted first; they are fetched
 	// back at their resume); 0: no bound.
@@ -460,9 +463,6 @@ func validateCreate(req CreateRequest) error {
 	if req.TemplateID == "" {
 		return fmt.Errorf("%w: templateID is required", ErrInvalid)
 	}
-	if err := checkTerm("timeout", req.Timeout, MaxTimeout); err != nil {
-		return err
-	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return err
 	}
@@ -752,7 +752,7 @@ func (m *Manager) lookupAny(id string) (*live, error) {
 
 // SetTimeout makes the sandbox expire timeout from now.
 func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
-	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return err
 	}
 	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return time.Now().Add(timeout) })

@@ -74,9 +74,12 @@ type Config struct {
 	// BlobStore, if its URL is set, keeps paused sandboxes in a blob
 	// store (internal/blobstore) so that any node resumes them.
 	BlobStore blobstore.Options
-	// BlobCacheMB bounds the paused sandboxes\' copies a node keeps
+	// BlobCacheMB bounds the paused sandboxes' copies a node keeps
 	// beside the blob store (sandbox.Config.BlobCacheMB).
-	BlobCacheMB        int
+	BlobCacheMB int
+	// MaxSandboxTimeout bounds every sandbox term a client asks for
+	// (api.Config.MaxTimeout, sandbox.Config.MaxTimeout); 0: 24 h.
+	MaxSandboxTimeout  time.Duration
 	MaxUploadMB        int
 	InsecureRegistries []string
 	InsecureRuntime    bool
@@ -278,7 +281,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	mgr, err = sandbox.New(sandbox.Config{
-		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB,
+		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB, MaxTimeout: cfg.MaxSandboxTimeout,
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,
@@ -374,7 +377,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// The template routes the api processes forward here: builds
 		// run, and templates live, on nodes.
 		platform := api.New(api.Config{
-			Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
+			MaxTimeout: cfg.MaxSandboxTimeout,
+			Store:      st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
@@ -389,7 +393,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return serveUntil(ctx, log, srvs)
 	}
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
+		MaxTimeout: cfg.MaxSandboxTimeout,
+		Store:      st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
