@@ -100,3 +100,7 @@ echo "## the web dashboard in headless Chromium: first load, the list of 1,000 s
 echo
 echo "## lifecycle event → webhook delivery: ${WEBHOOK_RATE:-1000} events/min for ${WEBHOOK_SECONDS:-30} s to a loopback receiver, alone and beside a 10 s endpoint (SDK, real warren serve)"
 (cd test/e2e && node bench/webhooks.mjs)
+
+echo
+echo "### paused to the blob store (SeaweedFS on loopback) and resumed on another node, vs local pause and resume: 50 MiB resident, 10 rounds (go test -bench; ms)"
+go test -run '^$' -bench 'PauseResumeAcrossNodes' -benchtime 1x -timeout 25m ./test/security/blobstore/ | grep 'bench_test.go' | sed 's/^ *bench_test.go:[0-9]*: /    /'

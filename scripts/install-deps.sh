@@ -83,3 +83,20 @@ fi
 if ! runuser -u postgres -- psql -tAc "SELECT 1 FROM pg_roles WHERE rolname='root'" | grep -q 1; then
   runuser -u postgres -- psql -qc "CREATE ROLE root SUPERUSER LOGIN" >/dev/null
 fi
+
+# The blob store tests (internal/blobstore, test/security/blobstore) run a
+# real S3-compatible server on loopback: SeaweedFS (Apache-2.0; MinIO's
+# server is AGPL), built once from its Go module into a path named after
+# its version (internal/blobstore/s3test.WeedVersion), so that `make test`
+# never rebuilds it. The build takes several minutes on 2 cores.
+weed_version=v0.0.0-20261109003541-7506e5f91cd6
+weed_bin=/usr/local/lib/warren-test/weed-$weed_version
+if [ ! -x "$weed_bin" ]; then
+  echo "install-deps: building SeaweedFS $weed_version for the blob store tests (once; minutes)"
+  go_bin=${GO:-go}
+  weed_src=$(cd / && GOFLAGS= GO111MODULE=on "$go_bin" mod download -json "github.com/seaweedfs/seaweedfs@$weed_version" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p /usr/local/lib/warren-test
+  (cd "$weed_src" && GOFLAGS=-buildvcs=false "$go_bin" build -o "$weed_bin.tmp" ./weed)
+  mv "$weed_bin.tmp" "$weed_bin"
+fi

@@ -42,7 +42,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 	if !readJSON(w, r, &body, true) {
 		return
 	}
-	timeout, err := seconds(body.Timeout, sandbox.DefaultResumeTimeout, "timeout")
+	timeout, err := s.seconds(body.Timeout, sandbox.DefaultResumeTimeout, "timeout")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -80,7 +80,7 @@ func (s *Server) ForkSandbox(w http.ResponseWriter, r *http.Request, id gen.Sand
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("count must be between 1 and %d", sandbox.MaxForkCount))
 		return
 	}
-	timeout, err := seconds(body.Timeout, sandbox.DefaultResumeTimeout, "timeout")
+	timeout, err := s.seconds(body.Timeout, sandbox.DefaultResumeTimeout, "timeout")
 	if err == nil && timeout <= 0 {
 		err = errors.New("timeout must be greater than 0")
 	}

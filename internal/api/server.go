@@ -65,8 +65,11 @@ const (
 
 // Config wires a Server.
 type Config struct {
-	Store     store.Store
-	Sandboxes Sandboxes
+	// MaxTimeout bounds every timeout a client asks for (`warren serve
+	// --max-sandbox-timeout`); default MaxTimeout.
+	MaxTimeout time.Duration
+	Store      store.Store
+	Sandboxes  Sandboxes
 	// Templates builds and keeps templates; nil: their routes answer 501.
 	Templates Templates
 	// Secrets keeps the teams' secrets; nil: the secret endpoints answer 501.
@@ -160,6 +163,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.ClientID == "" {
 		cfg.ClientID = "warren"
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = MaxTimeout
 	}
 	if cfg.UploadTimeout <= 0 {
 		cfg.UploadTimeout = DefaultUploadTimeout
@@ -466,13 +472,13 @@ func decode(body io.Reader, v any, optional bool) (status int, _ error) {
 }
 
 // seconds turns a request's timeout into a duration, or the default.
-func seconds(v *int32, def time.Duration, field string) (time.Duration, error) {
+func (s *Server) seconds(v *int32, def time.Duration, field string) (time.Duration, error) {
 	if v == nil {
 		return def, nil
 	}
 	d := time.Duration(*v) * time.Second
-	if *v < 0 || d > MaxTimeout {
-		return 0, fmt.Errorf("%s must be between 0 and %d seconds", field, int(MaxTimeout.Seconds()))
+	if *v < 0 || d > s.cfg.MaxTimeout {
+		return 0, fmt.Errorf("%s must be between 0 and %d seconds", field, int(s.cfg.MaxTimeout.Seconds()))
 	}
 	return d, nil
 }
@@ -498,7 +504,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 		writeError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
-	timeout, err := seconds(body.Timeout, defTimeout, "timeout")
+	timeout, err := s.seconds(body.Timeout, defTimeout, "timeout")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -801,7 +807,7 @@ func (s *Server) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ge
 		writeError(w, http.StatusBadRequest, "timeout is required")
 		return
 	}
-	d, err := seconds(body.Timeout, 0, "timeout")
+	d, err := s.seconds(body.Timeout, 0, "timeout")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -846,7 +852,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, defT
 	if !readJSON(w, r, &body, true) {
 		return
 	}
-	timeout, err := seconds(body.Timeout, defTimeout, "timeout")
+	timeout, err := s.seconds(body.Timeout, defTimeout, "timeout")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

@@ -8,7 +8,8 @@
 // that node's. When the node is lost (no heartbeat for LostAfter), its
 // sandboxes are gone to the API (404, not a hang) until the node comes
 // back and adopts them again; a paused sandbox's checkpoint stays on its
-// node's data dir, so it resumes there only.
+// node's data dir, so it resumes there only, unless it is in the nodes'
+// blob store (resume.go).
 package dispatch
 
 import (
@@ -166,6 +167,12 @@ func visible(s store.SandboxState) bool {
 // lost.
 func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
 	rec, _, err := d.find(ctx, teamID, id)
+	if err != nil {
+		// Paused in the blob store, it outlives its node.
+		if rec, _, merr := d.movable(ctx, teamID, id, err); merr == nil {
+			return rec, nil
+		}
+	}
 	return rec, err
 }
 
@@ -185,7 +192,8 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 	return rec, n, nil
 }
 
-// List returns a team's sandboxes matching f, but those on lost nodes.
+// List returns a team's sandboxes matching f, but those on lost nodes
+// (a paused one kept in the blob store stays: it resumes on any node).
 // They are left out by the store's query, not after it, so that a page
 // holds f.Limit sandboxes when there are that many: a page cut short by
 // a lost node's sandboxes read as the last one, and ended the listing.
@@ -201,7 +209,7 @@ func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFil
 	if err != nil {
 		return nil, err
 	}
-	f.OnNodes = live
+	f.OnNodes, f.OrInBlobStore = live, true
 	return d.cfg.Store.ListSandboxes(ctx, f)
 }
 
@@ -236,7 +244,7 @@ func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID string, f store.
 	if err != nil {
 		return 0, err
 	}
-	f.OnNodes = live
+	f.OnNodes, f.OrInBlobStore = live, true
 	byNode, err := d.cfg.Store.CountSandboxes(ctx, f)
 	total := 0
 	for _, n := range byNode {
@@ -471,7 +479,22 @@ func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Du
 func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
-		return store.Sandbox{}, false, err
+		rec, cands, merr := d.movable(ctx, teamID, id, err)
+		if merr != nil {
+			return store.Sandbox{}, false, merr
+		}
+		release, err := d.admit(ctx, teamID)
+		if err != nil {
+			return store.Sandbox{}, false, err
+		}
+		defer release()
+		var out store.Sandbox
+		resumed := false
+		err = d.resumeOn(ctx, rec, cands, func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+		return out, resumed, err
 	}
 	c := d.client(n)
 	release, err := d.admit(ctx, teamID)
@@ -483,7 +506,26 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 		return store.Sandbox{}, false, err
 	}
 	defer release()
-	return c.Connect(ctx, teamID, id, timeout, memory)
+	if inBlobStore(rec) && n.State != store.NodeReady {
+		// A drained (or cordoned) node's paused sandboxes resume
+		// elsewhere from the store.
+		var out store.Sandbox
+		resumed := false
+		err := d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+		return out, resumed, err
+	}
+	out, resumed, err := c.Connect(ctx, teamID, id, timeout, memory)
+	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
+		// Its node has no room: any other may take it from the store.
+		err = d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, resumed, err = c.Connect(ctx, teamID, id, timeout, memory)
+			return err
+		})
+	}
+	return out, resumed, err
 }
 
 func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
@@ -504,7 +546,21 @@ func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bo
 func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
-		return store.Sandbox{}, err
+		rec, cands, merr := d.movable(ctx, teamID, id, err)
+		if merr != nil {
+			return store.Sandbox{}, merr
+		}
+		release, err := d.admit(ctx, teamID)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		defer release()
+		var out store.Sandbox
+		err = d.resumeOn(ctx, rec, cands, func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+		return out, err
 	}
 	release, err := d.admit(ctx, teamID)
 	if errors.Is(err, sandbox.ErrTeamLimit) && rec.State == store.StateRunning {
@@ -516,7 +572,25 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts 
 		return store.Sandbox{}, err
 	}
 	defer release()
-	return d.client(n).Resume(ctx, teamID, id, opts)
+	if inBlobStore(rec) && n.State != store.NodeReady {
+		// A drained (or cordoned) node's paused sandboxes resume
+		// elsewhere from the store.
+		var out store.Sandbox
+		err := d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+		return out, err
+	}
+	out, err := d.client(n).Resume(ctx, teamID, id, opts)
+	if errors.Is(err, sandbox.ErrNoCapacity) && inBlobStore(rec) {
+		// Its node has no room: any other may take it from the store.
+		err = d.resumeOn(ctx, rec, d.others(ctx, n.Name), func(c *noderpc.Client) (err error) {
+			out, err = c.Resume(ctx, teamID, id, opts)
+			return err
+		})
+	}
+	return out, err
 }
 
 // Fork forks on the parent's node (the checkpoint is there), as many

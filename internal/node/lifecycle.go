@@ -347,3 +347,14 @@ func (n *Node) AdoptKept(ctx context.Context, id string) (*Instance, error) {
 	}
 	return &Instance{ID: id, Rootfs: root, LogPath: root.LogPath()}, nil
 }
+
+// KeptHome is where sandbox id's kept files (Paused.Dir) belong on this
+// node: where a sandbox paused on another node is unpacked to resume
+// here. The checkpoint, if any, goes in its "checkpoint" subdirectory.
+func (n *Node) KeptHome(id string) (string, error) {
+	h, ok := n.cfg.Rootfs.(interface{ HomeDir(string) (string, error) })
+	if !ok {
+		return "", errors.New("node: this node's root filesystems cannot take a sandbox paused elsewhere")
+	}
+	return h.HomeDir(id)
+}

@@ -74,3 +74,5 @@ type mounted struct {
 }
 
 func (m mounted) Commit(layerID string) error { return m.Root.Commit(m.layers, layerID) }
+
+func (m localRootfs) HomeDir(id string) (string, error) { return m.roots.HomeDir(id) }

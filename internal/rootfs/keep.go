@@ -294,3 +294,13 @@ func isMountedDisk(dir string) bool {
 	defer unix.Close(fd)
 	return isLoopExt4Root(fd, dir)
 }
+
+// HomeDir is where sandbox id's directory (Root.Home) is on this node,
+// whether or not it exists: where a paused sandbox fetched from the blob
+// store is unpacked.
+func (m *Manager) HomeDir(id string) (string, error) {
+	if !idPattern.MatchString(id) {
+		return "", fmt.Errorf("rootfs: invalid sandbox id %q", id)
+	}
+	return m.sandboxDir(id), nil
+}

@@ -12,7 +12,8 @@ import (
 // believes nothing the api did not prove.
 const (
 	// MaxTimeout bounds every term a sandbox is given (create, connect,
-	// resume, fork, set timeout).
+	// resume, fork, set timeout), unless Config.MaxTimeout sets another
+	// bound (`warren serve --max-sandbox-timeout`).
 	MaxTimeout = 24 * time.Hour
 	// MaxRefresh bounds what one refresh adds.
 	MaxRefresh = time.Hour
@@ -62,4 +63,12 @@ func checkEnvVars(env map[string]string) error {
 		return fmt.Errorf("%w: environment variables of %d bytes, more than %d", ErrInvalid, n, MaxEnvVarsBytes)
 	}
 	return nil
+}
+
+// maxTimeout is the longest term this manager gives a sandbox.
+func (m *Manager) maxTimeout() time.Duration {
+	if m.cfg.MaxTimeout > 0 {
+		return m.cfg.MaxTimeout
+	}
+	return MaxTimeout
 }

@@ -203,3 +203,22 @@ func TestMountsOnlyTheTeamsVolumes(t *testing.T) {
 		t.Errorf("the team's own volume: %v", err)
 	}
 }
+
+// Config.MaxTimeout (--max-sandbox-timeout) moves the bound.
+func TestManagerMaxTimeoutIsTheOperators(t *testing.T) {
+	m, _ := bareManager(t)
+	ctx := context.Background()
+	if err := m.SetTimeout(ctx, "t1", "sb1", MaxTimeout+time.Hour); !errors.Is(err, ErrInvalid) {
+		t.Errorf("25 h by default: %v", err)
+	}
+	m.cfg.MaxTimeout = 7 * 24 * time.Hour
+	if err := m.SetTimeout(ctx, "t1", "sb1", 7*24*time.Hour); err != nil {
+		t.Errorf("7 days with a 7-day bound: %v", err)
+	}
+	if err := safely(func() error { return m.SetTimeout(ctx, "t1", "sb1", 7*24*time.Hour+time.Second) }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("over a 7-day bound: %v", err)
+	}
+	if _, err := m.Fork(ctx, "t1", "sb1", 8*24*time.Hour, 1); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a fork over the bound: %v", err)
+	}
+}

@@ -427,6 +427,9 @@ func (m *Manager) validateCreate(req CreateRequest) error {
 	if err := validateCreate(req); err != nil {
 		return err
 	}
+	if err := checkTerm("timeout", req.Timeout, m.maxTimeout()); err != nil {
+		return err
+	}
 	if req.AutoPause && (req.AutoPauseMemory == nil || *req.AutoPauseMemory) && !m.canCheckpoint() {
 		return fmt.Errorf("%w: autoPause keeps the sandbox's memory, which needs checkpoints, and this node's %s runtime cannot checkpoint here (%s): set autoPauseMemory false to keep only its files",
 			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -75,11 +76,30 @@ func (m *Manager) killLocked(ctx context.Context, l *live) error {
 	// their clients give up on a sandbox that no longer answers.
 	m.endTraffic(l)
 	ctx = context.WithoutCancel(ctx) // a client hanging up must not leave it half-removed
-	if err := m.setState(ctx, l.id, store.StateKilled, func(*store.Sandbox) {}); err != nil {
+	blob := ""
+	_, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+		if inst == nil && s.Node != m.cfg.NodeName {
+			return errMovedAway
+		}
+		s.State, blob = store.StateKilled, s.PausedBlob
+		return nil
+	})
+	switch {
+	case errors.Is(err, errMovedAway):
+		// Another node took it over from the blob store while this one
+		// was lost: only this node's copy goes.
+		l.transport.CloseIdleConnections()
+		if err := m.cfg.Node.DeletePaused(ctx, parked); err != nil {
+			return fmt.Errorf("sandbox: removing the copy of %s: %w", l.id, err)
+		}
+		m.log.InfoContext(ctx, "removed the copy of a sandbox another node took over", "sandbox", l.id)
+		return nil
+	case err != nil:
 		m.log.WarnContext(ctx, "recording kill", "sandbox", l.id, "err", err)
+	default:
+		m.dropBlob(l.teamID, blob)
 	}
 	l.transport.CloseIdleConnections()
-	var err error
 	if inst != nil {
 		err = m.cfg.Node.Delete(ctx, inst)
 	} else {
@@ -183,6 +203,21 @@ func (m *Manager) pauseLocked(ctx context.Context, l *live, keepMemory bool) (_ 
 	// it ends now (nothing registers once it is marked paused).
 	m.endTraffic(l)
 	home := inst.Rootfs.Home() // ReleaseSaved lets go of inst.Rootfs
+	if m.cfg.Blobs != nil {
+		// Answered once durable in the store: the release (unmounting,
+		// which writes the disk image through) comes first, here.
+		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
+			m.log.WarnContext(ctx, "pausing left something behind", "sandbox", l.id, "err", err)
+		}
+		go m.recordPausedDisk(l.teamID, l.id, home, checkpoint)
+		if err := m.storePaused(ctx, l.teamID, l.id, home); err != nil {
+			m.log.ErrorContext(ctx, "storing a paused sandbox in the blob store", "sandbox", l.id, "err", err)
+			go m.flush(p)
+			return true, nil, fmt.Errorf("sandbox: %s is paused on its node but %w: %v", l.id, ErrBlobStore, err)
+		}
+		go m.trimCopies(context.WithoutCancel(ctx))
+		return true, nil, nil
+	}
 	release = func() {
 		if err := m.cfg.Node.ReleaseSaved(context.WithoutCancel(ctx), inst); err != nil {
 			// Saved, but something of it was not released; the next
@@ -226,10 +261,10 @@ type ResumeOptions struct {
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
 func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
-	if err := checkTerm("timeout", opts.Timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", opts.Timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, err
 	}
-	l, err := m.lookup(store.ForTeam(teamID), id)
+	l, err := m.lookupOrAdopt(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -244,10 +279,10 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
 func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
-	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, false, err
 	}
-	l, err := m.lookup(store.ForTeam(teamID), id)
+	l, err := m.lookupOrAdopt(ctx, teamID, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
@@ -299,6 +334,12 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
+	if rec.Node != m.cfg.NodeName {
+		// Taken over by another node from the blob store while this one
+		// was lost: this copy is stale.
+		go m.kill(context.WithoutCancel(ctx), l)
+		return store.Sandbox{}, false, fmt.Errorf("%w: %s (it moved to node %s)", ErrNotFound, l.id, rec.Node)
+	}
 	res := Resources{CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB}
 	full, err := m.reserve(l.teamID, res)
 	if err == nil && full != nil && !m.evictWarmFor(res) {
@@ -321,10 +362,26 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	m.mu.Lock()
 	parked, pausedAt := l.parked, l.pausedAt
 	m.mu.Unlock()
+	if err := m.fetchIfEvicted(ctx, l.teamID, rec, parked); err != nil {
+		step := "fetching it back from the blob store"
+		if errors.Is(err, blobstore.ErrCorrupt) {
+			step = "verifying its blob from the store (" + err.Error() + ")"
+		}
+		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
+	}
 	tr.Mark("admit")
 	committed := false
 	inst, err := m.cfg.Node.ResumeFromDisk(ctx, nreq, parked, opts.Memory, func(inst *node.Instance) error {
-		if err := m.setState(ctx, l.id, store.StateRunning, func(s *store.Sandbox) { s.Slot = inst.Slot.Name }); err != nil {
+		_, err := m.cfg.Store.UpdateSandbox(ctx, l.id, func(s *store.Sandbox) error {
+			if s.Node != m.cfg.NodeName {
+				// Another node took it over from the blob store
+				// meanwhile: it must not run here too.
+				return fmt.Errorf("%w: %s (it moved to node %s)", ErrNotFound, l.id, s.Node)
+			}
+			s.State, s.Slot = store.StateRunning, inst.Slot.Name
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		committed = true
@@ -353,9 +410,11 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 	}
 	tr.Mark("envd-init")
 	now := time.Now()
+	oldBlob := ""
 	rec, err = m.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), l.id, func(s *store.Sandbox) error {
 		s.State, s.Slot, s.PausedAt = store.StateRunning, inst.Slot.Name, time.Time{}
 		s.RootfsDir, s.Checkpoint = "", ""
+		oldBlob, s.PausedBlob = s.PausedBlob, ""
 		s.StartedAt, s.EndAt = now, now.Add(opts.Timeout)
 		if opts.AutoPause != nil {
 			s.AutoPause = *opts.AutoPause
@@ -369,6 +428,9 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 		rec, _ = m.cfg.Store.GetSandbox(context.WithoutCancel(ctx), l.id)
 	}
 	tr.Mark("store-update")
+	if err == nil {
+		m.dropBlob(l.teamID, oldBlob) // it runs: its paused files are history
+	}
 	if err := m.cfg.Node.DropCheckpoint(parked); err != nil {
 		m.log.WarnContext(ctx, "removing a resumed sandbox's checkpoint", "sandbox", l.id, "err", err)
 	}
@@ -400,6 +462,16 @@ func (m *Manager) withTrust(templateEnvs map[string]string) map[string]string {
 		envs[k] = v
 	}
 	return envs
+}
+
+// lookupOrAdopt is lookup, falling back to taking over the sandbox from
+// the blob store when another node paused it there (blobs.go).
+func (m *Manager) lookupOrAdopt(ctx context.Context, teamID, id string) (*live, error) {
+	l, err := m.lookup(store.ForTeam(teamID), id)
+	if errors.Is(err, ErrNotFound) && m.cfg.Blobs != nil {
+		return m.adoptFromBlob(ctx, teamID, id)
+	}
+	return l, err
 }
 
 // pausedNow reports whether a live sandbox is paused, or ErrNotFound if

@@ -86,6 +86,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -138,6 +139,22 @@ type Config struct {
 	Images *image.Store
 	// NodeName names this node in sandbox records. Default "local".
 	NodeName string
+	// Blobs, if set, keeps every paused sandbox's files in a blob store
+	// too, so that any node sharing the store resumes it (blobs.go);
+	// BlobTemp is a directory of this node's data disk for the packs on
+	// their way (required with Blobs).
+	Blobs    blobstore.Store
+	BlobTemp string
+	// MaxTimeout bounds every term a sandbox is given (create, connect,
+	// resume, fork, set timeout); default MaxTimeout (E2B's 24 h).
+	MaxTimeout time.Duration
+	// BlobCacheMB bounds what paused sandboxes stored in Blobs keep on
+	// this node (least recently paused evicted first; they are fetched
+	// back at their resume); 0: no bound.
+	BlobCacheMB int
+	// BlobGCGrace is how old a blob no record names must be before it is
+	// removed (every 10 minutes). Default DefaultBlobGCGrace.
+	BlobGCGrace time.Duration
 	// MaxSandboxes bounds the sandboxes on this node, warm ones included.
 	// Default 100.
 	MaxSandboxes int
@@ -235,6 +252,10 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
+	// adoptMu serialises takeovers of sandboxes paused on other nodes
+	// (adoptFromBlob).
+	adoptMu sync.Mutex
+
 	mu       sync.Mutex
 	live     map[string]*live // running and paused sandboxes, by ID
 	starting usage            // creates in flight (capacity is counted with them)
@@ -325,6 +346,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxSandboxes <= 0 {
 		cfg.MaxSandboxes = 100
 	}
+	if cfg.BlobGCGrace <= 0 {
+		cfg.BlobGCGrace = DefaultBlobGCGrace
+	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
 	}
@@ -393,6 +417,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.wg.Add(2)
 	go m.every(m.cfg.ReapInterval, m.reap)
 	go m.every(sampleInterval, m.sampleRunning)
+	if m.cfg.Blobs != nil {
+		m.wg.Add(1)
+		go m.every(blobGCInterval, m.collectBlobs)
+	}
 	if m.cfg.PoolSize > 0 {
 		m.mu.Lock()
 		for _, t := range m.cfg.PoolTemplates {
@@ -434,9 +462,6 @@ func validateCreate(req CreateRequest) error {
 	}
 	if req.TemplateID == "" {
 		return fmt.Errorf("%w: templateID is required", ErrInvalid)
-	}
-	if err := checkTerm("timeout", req.Timeout, MaxTimeout); err != nil {
-		return err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return err
@@ -737,7 +762,7 @@ func (m *Manager) lookup(scope store.TeamScope, id string) (*live, error) {
 
 // SetTimeout makes the sandbox expire timeout from now.
 func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
-	if err := checkTerm("timeout", timeout, MaxTimeout); err != nil {
+	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return err
 	}
 	return m.moveEnd(ctx, teamID, id, func(end time.Time) time.Time { return time.Now().Add(timeout) })

@@ -115,6 +115,10 @@ func (m *Manager) settlePaused(ctx context.Context, r store.Sandbox) (*live, err
 		m.log.Warn("clearing what an interrupted pause left", "sandbox", r.ID, "err", err)
 	}
 	if _, serr := os.Stat(r.RootfsDir); serr != nil {
+		if r.PausedBlob != "" && m.cfg.Blobs != nil {
+			// Evicted (trimCopies): its resume fetches it back.
+			return m.newLive(r, nil), nil
+		}
 		return nil, fmt.Errorf("its kept root filesystem is gone: %w", serr)
 	}
 	if r.Checkpoint != "" && !complete {

@@ -104,8 +104,8 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 	if count < 1 || count > MaxForkCount {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", ErrInvalid, MaxForkCount)
 	}
-	if timeout <= 0 || timeout > MaxTimeout {
-		return nil, fmt.Errorf("%w: timeout must be greater than 0 and at most %d seconds", ErrInvalid, int(MaxTimeout.Seconds()))
+	if max := m.maxTimeout(); timeout <= 0 || timeout > max {
+		return nil, fmt.Errorf("%w: timeout must be greater than 0 and at most %d seconds", ErrInvalid, int(max.Seconds()))
 	}
 	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil { // before anything is made
 		return nil, err

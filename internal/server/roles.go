@@ -130,7 +130,8 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	}
 	// Templates are served by nodes (disp.Platform forwards their routes).
 	apiSrv := api.NewHTTPServer(disp.Platform(api.New(api.Config{
-		Store: st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, Webhooks: webhooks, ClientID: "api", Logger: log,
+		MaxTimeout: cfg.MaxSandboxTimeout,
+		Store:      st, Sandboxes: disp, Secrets: secret.New(st, cl.sealer), Volumes: vols, Webhooks: webhooks, ClientID: "api", Logger: log,
 		// Sandboxes are made on nodes, which check their own disks; what
 		// the api fills itself is the volume root (shared storage).
 		RateLimit: cfg.APIRateLimit, DiskReserveMB: cfg.DiskReserveMB, VolumeFreeDiskMB: volumeFreeMB(cfg),

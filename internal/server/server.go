@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"io"
 	"log/slog"
 	"net"
@@ -71,10 +72,19 @@ type Config struct {
 	MemoryOvercommit, CPUOvercommit, APIRateLimit float64
 	DiskReserveMB                                 int64
 	PausedRetention                               time.Duration
-	MaxUploadMB                                   int
-	InsecureRegistries                            []string
-	InsecureRuntime                               bool
-	BuildDiskMB                                   int
+	// BlobStore, if its URL is set, keeps paused sandboxes in a blob
+	// store (internal/blobstore) so that any node resumes them.
+	BlobStore blobstore.Options
+	// BlobCacheMB bounds the paused sandboxes' copies a node keeps
+	// beside the blob store (sandbox.Config.BlobCacheMB).
+	BlobCacheMB int
+	// MaxSandboxTimeout bounds every sandbox term a client asks for
+	// (api.Config.MaxTimeout, sandbox.Config.MaxTimeout); 0: 24 h.
+	MaxSandboxTimeout  time.Duration
+	MaxUploadMB        int
+	InsecureRegistries []string
+	InsecureRuntime    bool
+	BuildDiskMB        int
 	// EgressProxyPort is the host port of the egress proxy (every
 	// address; only redirected sandbox connections are let in); 0 picks
 	// a free one at each start.
@@ -290,7 +300,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	blobs, blobTemp, err := openBlobStore(ctx, cfg, met, log)
+	if err != nil {
+		return err
+	}
 	mgr, err = sandbox.New(sandbox.Config{
+		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB, MaxTimeout: cfg.MaxSandboxTimeout,
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,
@@ -386,7 +401,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// The template routes the api processes forward here: builds
 		// run, and templates live, on nodes.
 		platform := api.New(api.Config{
-			Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
+			MaxTimeout: cfg.MaxSandboxTimeout,
+			Store:      st, Sandboxes: mgr, Templates: builder, Secrets: secrets, ClientID: cfg.NodeName, Logger: log,
 			NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 			DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB,
 			TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
@@ -401,7 +417,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return serveUntil(ctx, log, srvs)
 	}
 	apiSrv := api.NewHTTPServer(api.New(api.Config{
-		Store: st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, Webhooks: webhooks, ClientID: cfg.NodeName, Logger: log,
+		MaxTimeout: cfg.MaxSandboxTimeout,
+		Store:      st, Sandboxes: mgr, Templates: builder, Secrets: secrets, Volumes: vols, Webhooks: webhooks, ClientID: cfg.NodeName, Logger: log,
 		NodeCPUs: totals.CPUs, NodeMemoryMB: totals.MemoryMB, RateLimit: cfg.APIRateLimit,
 		DiskReserveMB: cfg.DiskReserveMB, FreeDiskMB: freeMB, VolumeFreeDiskMB: volumeFreeMB(cfg),
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),

@@ -277,7 +277,7 @@ func (s *SQL) changeKey(ctx context.Context, teamID, id, stmt string, args ...an
 const sandboxColumns = "id, team_id, template_id, alias, state, started_at, end_at, cpu_count, memory_mb, disk_size_mb, " +
 	"envd_version, envd_access_token, traffic_access_token, metadata, env_vars, allow_internet_access, " +
 	"auto_pause, auto_resume, secure, node, slot, runtime, extra, updated_at, paused_at, " +
-	"image, auto_pause_memory, rootfs_dir, checkpoint, volume_mounts"
+	"image, auto_pause_memory, rootfs_dir, checkpoint, volume_mounts, paused_blob"
 
 func sandboxArgs(sb *Sandbox) ([]any, error) {
 	meta, err := json.Marshal(orEmpty(sb.Metadata))
@@ -300,7 +300,7 @@ func sandboxArgs(sb *Sandbox) ([]any, error) {
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken, sb.TrafficAccessToken,
 		string(meta), string(envs), inet, b2i(sb.AutoPause), b2i(sb.AutoResume), b2i(sb.Secure),
 		sb.Node, sb.Slot, sb.Runtime, sb.Extra, ms(sb.UpdatedAt), ms(sb.PausedAt),
-		sb.Image, b2i(sb.AutoPauseMemory), sb.RootfsDir, sb.Checkpoint, string(mounts)}, nil
+		sb.Image, b2i(sb.AutoPauseMemory), sb.RootfsDir, sb.Checkpoint, string(mounts), sb.PausedBlob}, nil
 }
 
 func orNone(m []VolumeMount) []VolumeMount {
@@ -326,7 +326,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	err := row.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &started, &end,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &sb.EnvdVersion, &sb.EnvdAccessToken, &sb.TrafficAccessToken,
 		&meta, &envs, &inet, &autoPause, &autoResume, &secure, &sb.Node, &sb.Slot, &sb.Runtime, &sb.Extra, &updated, &paused,
-		&sb.Image, &autoPauseMemory, &sb.RootfsDir, &sb.Checkpoint, &mounts)
+		&sb.Image, &autoPauseMemory, &sb.RootfsDir, &sb.Checkpoint, &mounts, &sb.PausedBlob)
 	if err != nil {
 		return sb, err
 	}
@@ -515,13 +515,21 @@ func (s *SQL) sandboxWhere(f SandboxFilter, paged bool) (where []string, args []
 		args = append(args, k, f.Metadata[k])
 	}
 	if f.OnNodes != nil {
-		if len(f.OnNodes) == 0 {
+		var on []string
+		if len(f.OnNodes) > 0 {
+			on = append(on, "node IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.OnNodes)), ", ")+")")
+			for _, n := range f.OnNodes {
+				args = append(args, n)
+			}
+		}
+		if f.OrInBlobStore {
+			on = append(on, "(state = ? AND paused_blob <> '')")
+			args = append(args, string(StatePaused))
+		}
+		if len(on) == 0 {
 			return nil, nil, true, nil
 		}
-		where = append(where, "node IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.OnNodes)), ", ")+")")
-		for _, n := range f.OnNodes {
-			args = append(args, n)
-		}
+		where = append(where, "("+strings.Join(on, " OR ")+")")
 	}
 	if !f.StartedAfter.IsZero() {
 		where = append(where, "started_at >= ?")

@@ -146,6 +146,10 @@ type Sandbox struct {
 	// it was paused without). Both are "" while it runs.
 	RootfsDir  string
 	Checkpoint string
+	// PausedBlob is the blob (internal/blobstore, "sha256:...", of the
+	// sandbox's team) holding a paused sandbox's kept files, so that any
+	// node can resume it; "" when they are on its node only, or it runs.
+	PausedBlob string
 	// VolumeMounts are the team volumes the sandbox mounts. CreateSandbox
 	// checks that each exists in the sandbox's team; they are meant to
 	// stay as created (a volume is not deleted while they name it).
@@ -201,6 +205,10 @@ type SandboxFilter struct {
 	// nodes (none if it is empty): the api leaves out lost nodes' here,
 	// so that a page holds Limit sandboxes.
 	OnNodes []string
+	// OrInBlobStore, with OnNodes, also keeps paused sandboxes whose kept
+	// files are in the blob store (PausedBlob set), whatever their node:
+	// those resume on any node.
+	OrInBlobStore bool
 	// StartedAfter, if set, keeps only sandboxes started at or after it.
 	StartedAfter time.Time
 	// After continues a listing: sandboxes ordered after this cursor.

@@ -198,6 +198,7 @@ func TestSandboxLifecycle(t *testing.T) {
 			x.EndAt = t0.Add(time.Hour)
 			x.AllowInternetAccess = nil
 			x.RootfsDir, x.Checkpoint = "/data/sandboxes/sb1", "/data/sandboxes/sb1/checkpoint"
+			x.PausedBlob = "sha256:00ff"
 			x.AutoPauseMemory = false
 			return nil
 		})
@@ -207,6 +208,9 @@ func TestSandboxLifecycle(t *testing.T) {
 		got, _ = s.GetSandbox(ctx, "sb1")
 		if got.State != StatePaused || !got.PausedAt.Equal(t0.Add(time.Minute)) || !got.EndAt.Equal(t0.Add(time.Hour)) || got.AllowInternetAccess != nil || got.Metadata["k"] != "v" {
 			t.Errorf("after update %+v", got)
+		}
+		if got.PausedBlob != "sha256:00ff" {
+			t.Errorf("paused blob: %q", got.PausedBlob)
 		}
 		if got.RootfsDir != "/data/sandboxes/sb1" || got.Checkpoint != "/data/sandboxes/sb1/checkpoint" || got.AutoPauseMemory || got.Image != `{"layers":["base"]}` {
 			t.Errorf("where the paused sandbox is kept: %q %q, autoPauseMemory %v, image %q", got.RootfsDir, got.Checkpoint, got.AutoPauseMemory, got.Image)

@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/blobstore"
+)
+
+func TestBlobStoreCountsBytesAndFailures(t *testing.T) {
+	m := New()
+	local, err := blobstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.BlobStore(local)
+	ctx := context.Background()
+	data := []byte("paused sandbox")
+	d := blobstore.DigestOf(data)
+	if err := s.Put(ctx, "t1", d, int64(len(data)), bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Get(ctx, "t1", d, filepath.Join(t.TempDir(), "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "t2", d); err == nil {
+		t.Fatal("another team's blob found")
+	}
+	if err := s.Put(ctx, "t1", blobstore.DigestOf([]byte("other")), int64(len(data)), bytes.NewReader(data)); err == nil {
+		t.Fatal("a blob of the wrong digest was stored")
+	}
+	got := map[string]float64{}
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "warren_blob_store_") {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				key += " " + l.GetValue()
+			}
+			if c := mt.GetCounter(); c != nil {
+				got[key] = c.GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"warren_blob_store_bytes_total upload":   14,
+		"warren_blob_store_bytes_total download": 14,
+		"warren_blob_store_errors_total put":     1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("counters %v, want %v", got, want)
+	}
+}

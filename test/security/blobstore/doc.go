@@ -1,0 +1,14 @@
+// Package blobstore tests paused sandboxes that outlive their node: a
+// cluster of one api and two nodes (PostgreSQL, gVisor sandboxes) shares a
+// real S3-compatible server (SeaweedFS on loopback, internal/blobstore/
+// s3test) as its --blob-store. A sandbox paused on the first node is
+// resumed on the second after the first is killed with SIGKILL, with its
+// files and processes; a corrupted blob is refused and the sandbox stays
+// paused; another team cannot reach it; the store's credentials appear in
+// no log and no API answer.
+//
+// The nodes use the network prefixes wbsa, wbsb (and wbsc, without the
+// blob store, in the benchmark), the ranges 10.163.0.0/18, 10.163.64.0/18
+// and 10.163.128.0/18, run dirs /run/warren-wbs? and cgroup parents
+// /warren-wbs?: nothing else on the machine uses them.
+package blobstore
