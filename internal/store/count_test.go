@@ -21,6 +21,9 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 			if i >= 8 {
 				sb.State = StatePaused
 			}
+			if i == 10 { // paused on n2, its files in the blob store
+				sb.PausedBlob = "sha256:" + fmt.Sprintf("%064d", i)
+			}
 			if err := s.CreateSandbox(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
@@ -39,6 +42,7 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 			"all teams":     {Teams: AllTeams()},
 			"on nodes":      {Teams: ForTeam("team1"), OnNodes: []string{"n1", "n3"}},
 			"on no node":    {Teams: ForTeam("team1"), OnNodes: []string{}},
+			"or blob store": {Teams: ForTeam("team1"), OnNodes: []string{"n1"}, OrInBlobStore: true},
 			"empty team":    {},
 			"empty team n1": {Node: "n1"},
 		} {
@@ -59,6 +63,16 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s: counted %v, listed %v", name, got, want)
 			}
+		}
+		// A lost node's (n2's) sandboxes are left out but the one whose
+		// files are in the blob store: it resumes on any node.
+		on := SandboxFilter{Teams: ForTeam("team1"), OnNodes: []string{"n1", "n3"}, OrInBlobStore: true}
+		if got, _ := s.CountSandboxes(ctx, on); fmt.Sprint(got) != "map[n1:4 n2:1 n3:4]" {
+			t.Errorf("on n1, n3 or in the blob store: %v", got)
+		}
+		on.OnNodes = []string{}
+		if recs, _ := s.ListSandboxes(ctx, on); len(recs) != 1 || recs[0].ID != "sb10" {
+			t.Errorf("on no node but in the blob store: %v", recs)
 		}
 		if got, _ := s.CountSandboxes(ctx, SandboxFilter{Teams: ForTeam("team1"), States: []SandboxState{StateRunning}}); fmt.Sprint(got) != "map[n1:3 n2:3 n3:2]" {
 			t.Errorf("running of team1 by node: %v", got)
