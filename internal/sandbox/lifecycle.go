@@ -44,6 +44,16 @@ func (e *ResumeError) Unwrap() error { return e.Err }
 // Kill ends a team's sandbox and removes it, running or paused.
 func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
 	l, err := m.lookup(store.ForTeam(teamID), id)
+	if errors.Is(err, ErrNotFound) && m.cfg.Blobs != nil {
+		// Paused in the blob store by a node that is lost: the api
+		// hands its kill to this one (RemoveFromBlobStore).
+		if rerr := RemoveFromBlobStore(context.WithoutCancel(ctx), m.cfg.Store, m.cfg.Blobs, m.cfg.NodeName, teamID, id); !errors.Is(rerr, ErrNotFound) {
+			if rerr == nil {
+				m.log.InfoContext(ctx, "killed a sandbox paused in the blob store by another node", "sandbox", id)
+			}
+			return rerr
+		}
+	}
 	if err != nil {
 		return err
 	}
