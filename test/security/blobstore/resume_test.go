@@ -238,6 +238,7 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 
 	// Paused into the store on A, A killed: the api kills it through B
 	// (record and blob go), and A, back, keeps nothing of it.
+	killSteps := time.Now()
 	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/pause", nil); err != nil || r.status != http.StatusNoContent {
 		t.Fatalf("pause on A before its loss: %v %v", r, err)
 	}
@@ -270,6 +271,7 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", sb.ID)); err == nil {
 		t.Errorf("A kept the files of the sandbox killed while it was lost")
 	}
+	t.Logf("pause, loss of A, kill through B and A's restart took %s", time.Since(killSteps).Round(time.Millisecond))
 
 	// The credentials are in no log and no answer.
 	for _, p := range append(c.nodes, c.api) {
