@@ -209,6 +209,19 @@ func (c *cluster) stop(p *proc) {
 	}
 }
 
+// crashed waits (bounded) for node p to exit at the fault point it was
+// started with; a node that never reaches it fails the test at once
+// rather than hanging the suite.
+func (c *cluster) crashed(t *testing.T, p *proc) {
+	t.Helper()
+	select {
+	case <-p.p.Exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("node %s did not exit at its fault point within a minute", p.name)
+	}
+	p.p, p.extraEnv = nil, nil
+}
+
 // kill9 kills a node as a crash would.
 func (c *cluster) kill9(p *proc) {
 	p.p.Cmd.Process.Signal(syscall.SIGKILL)
