@@ -12,13 +12,13 @@
 // Usage: node chaos/chaos.mjs [--duration SECONDS] [--every SECONDS]
 // (default 120 s, a fault every 20 s). It exits 1 on any violation.
 import { execFileSync, spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync, unlinkSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync, unlinkSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Sandbox, Volume } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 import { newDataDir, unmountBelow } from '../setup/start-warren.mjs'
-import { startPostgres } from './postgres.mjs'
+import { ownerRecord, startPostgres } from './postgres.mjs'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const now = () => Date.now()
@@ -37,6 +37,8 @@ function nodeDisk() {
   execFileSync('truncate', ['-s', `${diskMB}M`, image])
   execFileSync('mkfs.ext4', ['-q', '-F', '-m', '0', image])
   execFileSync('mount', ['-o', 'loop', image, mount])
+  // scripts/sweep-test-leftovers.sh removes it if this run is killed.
+  writeFileSync(path.join(mount, 'owner'), ownerRecord())
   return { mount, image, dataDir: newDataDir(path.join(mount, 'data')) }
 }
 function removeDisk(d) {
