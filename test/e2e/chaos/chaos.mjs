@@ -24,7 +24,14 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const now = () => Date.now()
 
 // The fault schedule, in order, round and round.
-export const faults = ['kill-node', 'cut-link', 'kill-api', 'kill-runsc', 'fill-disk', 'kill-postgres']
+export const faults = ['kill-node', 'cut-link', 'kill-api', 'kill-runsc', 'fill-disk', 'skew-clock', 'kill-postgres']
+
+// skew-clock restarts a node with its cluster clock this far ahead
+// (WARREN_TEST_CLOCK_OFFSET: its signatures, their checks and its
+// heartbeat times; the host's clock untouched), beyond the cluster
+// authentication's 60 s window, for skewForS seconds.
+const skew = '90s'
+const skewForS = 8
 
 // Each node's data dir is on a file system of its own (ext4 in a sparse
 // image, loop-mounted), so that filling it to the reserve (fill-disk)
@@ -200,33 +207,55 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
           break
         }
         case 'fill-disk': {
-          // Down to half the reserve: creates and pauses on it must be
-          // refused clearly (507, or placed on the other node), and
-          // nothing acknowledged lost. Removed at heal.
-          const fill = path.join(c.nodes[node].dataDir, 'chaos-fill')
-          const st = statfsSync(c.nodes[node].dataDir)
-          const freeMB = Math.floor((st.bavail * st.bsize) / 2 ** 20)
-          execFileSync('fallocate', ['-l', `${Math.max(1, freeMB - reserveMB / 2)}M`, fill])
-          const seen = {}
-          for (let i = 0; i < 4; i++) {
-            const r = await api(i, 'POST', '/sandboxes', { templateID: 'base', timeout: 60 })
-            const id = (r.body.match(/"sandboxID":"(\w+)"/) || [])[1]
-            const where = id ? c.nodeOf(id) : ''
-            const k = `create ${r.status}${where ? ' on ' + where : ''}${r.status >= 400 ? ' ' + r.body.slice(0, 120) : ''}`
-            seen[k] = (seen[k] || 0) + 1
-            if (id) await api(i, 'DELETE', `/sandboxes/${id}`)
+          // Each node's disk down to half its reserve, the chosen one
+          // first: while the other has room, creates go there; once both
+          // are full, creates (and a pause, whose checkpoint needs disk)
+          // must be refused clearly, 507 (or 503) in E2B's JSON; nothing
+          // acknowledged is lost (the checks after). Removed at heal.
+          const fills = []
+          const fillUp = (n) => {
+            const fill = path.join(c.nodes[n].dataDir, 'chaos-fill')
+            const st = statfsSync(c.nodes[n].dataDir)
+            const freeMB = Math.floor((st.bavail * st.bsize) / 2 ** 20)
+            execFileSync('fallocate', ['-l', `${Math.max(1, freeMB - reserveMB / 2)}M`, fill])
+            fills.push(fill)
           }
+          const seen = {}
+          const probe = async (phase, refusedOnly) => {
+            for (let i = 0; i < 3; i++) {
+              const r = await api(i, 'POST', '/sandboxes', { templateID: 'base', timeout: 60 })
+              const id = (r.body.match(/"sandboxID":"(\w+)"/) || [])[1]
+              const k = `${phase}: create ${r.status}${id ? ' on ' + c.nodeOf(id) : ''}${r.status >= 400 ? ' ' + r.body.replace(/\d+ MB/g, '<n> MB').slice(0, 100) : ''}`
+              seen[k] = (seen[k] || 0) + 1
+              if (id) await api(i, 'DELETE', `/sandboxes/${id}`)
+              if (refusedOnly && !((r.status === 507 || r.status === 503) && /"code":5\d\d/.test(r.body))) entry.unclear = `${entry.unclear || ''}${k}; `
+            }
+          }
+          fillUp(node)
+          await probe(`${node} full`, false)
           const victim = live().find((s) => s.node === node && !s.busy)
           if (victim) {
             victim.busy = true
             const r = await api(0, 'POST', `/sandboxes/${victim.id}/pause`)
             if (r.status < 300) victim.state = 'paused'
             victim.busy = false
-            seen[`pause ${r.status} ${r.status >= 400 ? r.body.slice(0, 120) : ''}`] = 1
+            seen[`${node} full: pause ${r.status} ${r.status >= 400 ? r.body.replace(/\d+ MB/g, '<n> MB').slice(0, 100) : ''}`] = 1
           }
-          await sleep(4000)
-          unlinkSync(fill)
+          for (const n of names) if (n !== node) fillUp(n)
+          await probe('all full', true)
+          await sleep(3000)
+          for (const f of fills) unlinkSync(f)
           entry.detail = Object.entries(seen).map(([k, v]) => `${v}x ${k}`).join('; ')
+          entry.row = { invariant: 'full disks refuse creates clearly (507/503)', ok: !entry.unclear, detail: entry.unclear || '' }
+          break
+        }
+        case 'skew-clock': {
+          entry.detail = `+${skew} for ${skewForS} s`
+          await c.nodes[node].proc.stop()
+          await c.startNode(node, { WARREN_TEST_CLOCK_OFFSET: skew })
+          await sleep(skewForS * 1000)
+          await c.nodes[node].proc.stop()
+          await c.startNode(node)
           break
         }
         case 'kill-runsc': {
@@ -401,7 +430,9 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       await sleep(4000)
       stopLoad = true
       await Promise.all(loads.splice(0))
-      await check(`${fault} (${faultLog.at(-1).target})`)
+      const last = faultLog.at(-1)
+      if (last.row) results.push({ after: `${fault} (${last.target})`, ...last.row })
+      await check(`${fault} (${last.target})`)
       stopLoad = false
       for (let w = 0; w < workers; w++) loads.push(loadLoop(w))
     }
