@@ -98,7 +98,7 @@ bench-scale: deps
 # runs a short one (test/e2e/platform/chaos.test.mjs).
 CHAOS_DURATION ?= 600
 CHAOS_EVERY ?= 30
-CHAOS_FAULTS ?= kill-node,cut-link,kill-api,kill-runsc,kill-postgres
+CHAOS_FAULTS ?= kill-node,cut-link,kill-api,kill-runsc,fill-disk,skew-clock,kill-postgres
 chaos: deps build setup
 	scripts/sweep-test-leftovers.sh
 	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && \

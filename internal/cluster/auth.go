@@ -136,6 +136,13 @@ func NewAuth(secret []byte) (*Auth, error) {
 	return &Auth{key: m.Sum(nil), now: time.Now}, nil
 }
 
+// SkewClock moves this process's cluster clock (the time it signs
+// requests with and checks others' against) by d: a test-only clock skew
+// (WARREN_TEST_CLOCK_OFFSET, docs/chaos.md), the host's clock untouched.
+func (a *Auth) SkewClock(d time.Duration) {
+	a.now = func() time.Time { return time.Now().Add(d) }
+}
+
 // LoadSecret reads the cluster secret from file (surrounding white space
 // dropped), else from the environment variable WARREN_CLUSTER_SECRET; nil
 // when neither is set.

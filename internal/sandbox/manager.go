@@ -27,7 +27,10 @@
 // store knows on this node, keeps the paused ones on disk, settles those a
 // pause or resume was cut short for (recover.go), and removes everything
 // else (half-made sandboxes, containers, mounts and network slots nobody
-// knows). A running sandbox can also be snapshotted in place (a template
+// knows). While it runs, a reconciler (reconcile.go) removes every running
+// sandbox whose container died under it (its runtime process killed from
+// the host, or out of memory), as a kill would. A running sandbox can
+// also be snapshotted in place (a template
 // of its team, internal/template) or forked into new sandboxes
 // (snapshot.go).
 //
@@ -180,6 +183,10 @@ type Config struct {
 	// ReapInterval is how often expired sandboxes are looked for.
 	// Default 1s.
 	ReapInterval time.Duration
+	// ReconcileInterval is how often the runtime's containers are
+	// compared with the running sandboxes (reconcile.go). Default
+	// DefaultReconcileInterval.
+	ReconcileInterval time.Duration
 	// Resources are the limits of every sandbox whose template names
 	// none. Default DefaultResources.
 	Resources Resources
@@ -360,6 +367,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
 	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = DefaultReconcileInterval
+	}
 	if cfg.Resources == (Resources{}) {
 		cfg.Resources = DefaultResources
 	}
@@ -422,8 +432,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.every(m.cfg.ReapInterval, m.reap)
+	go m.every(m.cfg.ReconcileInterval, m.reconcile)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.Blobs != nil {
 		m.wg.Add(2)

@@ -86,6 +86,13 @@ func checkRole(cfg *Config) (*clusterParts, error) {
 	if err != nil {
 		return nil, err
 	}
+	skew, err := testClockOffset()
+	if err != nil {
+		return nil, err
+	}
+	if skew != 0 {
+		a.SkewClock(skew)
+	}
 	sealer, err := secret.SealerFromClusterSecret(secretBytes)
 	if err != nil {
 		return nil, err
@@ -264,4 +271,21 @@ func reserveForTeam(cfg Config, st store.ClaimStore, log *slog.Logger) func(cont
 		return nil
 	}
 	return dispatch.Claimer(st, cfg.MaxPerTeam, nil, log)
+}
+
+// testClockOffset is WARREN_TEST_CLOCK_OFFSET (a Go duration, e.g. 90s or
+// -30s): a test-only skew of this process's cluster clock (its request
+// signatures and their checks, and a node's heartbeat times), so that the
+// chaos run (docs/chaos.md) skews a node without changing the host's
+// clock. Unset: none.
+func testClockOffset() (time.Duration, error) {
+	v := os.Getenv("WARREN_TEST_CLOCK_OFFSET")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("WARREN_TEST_CLOCK_OFFSET: %w", err)
+	}
+	return d, nil
 }

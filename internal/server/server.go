@@ -349,8 +349,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		return u
 	}
+	skew, err := testClockOffset()
+	if err != nil {
+		return err
+	}
 	member, err = cluster.Join(ctx, cluster.Config{
 		Store: st, Logger: log, Usage: usage, Drain: mgr.Drain,
+		Now: func() time.Time { return time.Now().Add(skew) },
 		Node: store.Node{Name: cfg.NodeName, Address: cfg.NodeAddr, Runtime: cfg.Runtime, CPUs: totals.CPUs, MemoryMB: totals.MemoryMB,
 			MaxSandboxes: cfg.MaxSandboxes, DiskMB: int(diskMB), Labels: cfg.NodeLabels, IdentityKey: eg.identity.JWK().String()},
 	})

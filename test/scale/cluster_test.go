@@ -75,6 +75,11 @@ func startPostgres(t testing.TB) *postgres {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Who owns it: scripts/sweep-test-leftovers.sh stops and removes the
+	// server of a run that was killed (its owner gone).
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(ownerRecord()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.Command("chown", "postgres:", dir).CombinedOutput(); err != nil {
 		t.Fatalf("chown: %v: %s", err, out)
 	}
@@ -422,4 +427,17 @@ func (c *simCluster) seed(t testing.TB, running, paused int) {
 	if _, err := db.ExecContext(ctx, "ANALYZE"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ownerRecord is "pid starttime" of this process (starttime: field 22 of
+// /proc/self/stat), which tells it from a later process given its pid.
+func ownerRecord() string {
+	b, _ := os.ReadFile("/proc/self/stat")
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 19 {
+			return fmt.Sprintf("%d %s\n", os.Getpid(), f[19])
+		}
+	}
+	return fmt.Sprintf("%d\n", os.Getpid())
 }

@@ -2,7 +2,7 @@
 // other tests use: the chaos run kills it): initdb into a temporary
 // directory as the postgres user, listening only on a Unix socket there.
 import { execFileSync } from 'node:child_process'
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
@@ -17,6 +17,9 @@ export function startPostgres() {
   const bin = pgBin()
   const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-chaos-pg-'))
   chmodSync(dir, 0o755)
+  // Who owns it: scripts/sweep-test-leftovers.sh stops and removes the
+  // server of a run that was killed (its owner gone).
+  writeFileSync(path.join(dir, 'owner'), ownerRecord())
   execFileSync('chown', ['postgres:', dir])
   const data = path.join(dir, 'data')
   const asPG = (cmd, args, opts = {}) => execFileSync('runuser', ['-u', 'postgres', '--', path.join(bin, cmd), ...args], { encoding: 'utf8', ...opts })
@@ -43,4 +46,12 @@ export function startPostgres() {
   }
   pg.start()
   return pg
+}
+
+// ownerRecord is "pid starttime" of this process (starttime: field 22 of
+// /proc/self/stat), which tells it from a later process given its pid.
+export function ownerRecord() {
+  const stat = readFileSync('/proc/self/stat', 'utf8')
+  const f = stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/)
+  return `${process.pid} ${f[19]}\n`
 }

@@ -35,8 +35,9 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
     apiKey,
     nodes: Object.fromEntries(Object.entries(nodes).map(([name, n]) => [name, { ...n }])),
     apis: Array.from({ length: apis }, () => ({})),
-    // startNode starts (or restarts, same data dir and port) a node.
-    async startNode(name) {
+    // startNode starts (or restarts, same data dir and port) a node;
+    // extraEnv adds to its environment (the chaos run's clock skew).
+    async startNode(name, extraEnv = {}) {
       const n = c.nodes[name]
       n.port ??= await freePort()
       n.metricsPort ??= await freePort()
@@ -48,7 +49,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
         '--network-prefix', n.prefix, '--network-cidr', `10.${n.net16}.0.0/16`,
         '--run-dir', `/run/warren-${n.prefix}`, '--cgroup-parent', `/warren-${n.prefix}`,
         '--pool-size', String(poolSize), ...shared, ...nodeArgs,
-      ], { env, healthUrl: `http://127.0.0.1:${n.port}/health` })
+      ], { env: { ...env, ...extraEnv }, healthUrl: `http://127.0.0.1:${n.port}/health` })
     },
     // startAPI starts (or restarts, same ports) api process i, with
     // extra flags for this start; its opts are the SDK's connection
