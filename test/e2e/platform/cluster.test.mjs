@@ -148,6 +148,8 @@ test('20 sandboxes spread over both nodes and are reached through the api: comma
 
 test('lifecycle events made on either node reach a webhook exactly once, whichever of the four processes delivers', async () => {
   const got = []
+  const sbxs = []
+  let killed = false
   const receiver = http.createServer((req, res) => {
     let raw = ''
     req.on('data', (d) => (raw += d))
@@ -161,9 +163,21 @@ test('lifecycle events made on either node reach a webhook exactly once, whichev
         events: ['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'], signatureSecret: 'cluster-secret' }),
     })
     expect(res.status).toBe(201)
-    const sbxs = await Promise.all(Array.from({ length: 6 }, (_, i) => Sandbox.create(apis[i % 2].opts)))
-    expect(new Set(sbxs.map((s) => nodeOf(s.sandboxId))).size).toBe(2)
+    // Three on each node, whatever warm sandboxes the placement would
+    // prefer: the other node cordoned while each three are made.
+    for (const [made, other] of [['na', 'nb'], ['nb', 'na']]) {
+      warrenNodes('cordon', other)
+      await apisSeeNodeStates()
+      try {
+        sbxs.push(...await Promise.all(Array.from({ length: 3 }, (_, i) => Sandbox.create(apis[i % 2].opts))))
+      } finally {
+        warrenNodes('uncordon', other)
+      }
+      expect(sbxs.slice(-3).map((s) => nodeOf(s.sandboxId))).toEqual([made, made, made])
+    }
+    await apisSeeNodeStates()
     await Promise.all(sbxs.map((s, i) => Sandbox.kill(s.sandboxId, apis[(i + 1) % 2].opts)))
+    killed = true
     const deadline = Date.now() + 20_000
     while (got.length < 12 && Date.now() < deadline) await sleep(50)
     await sleep(1500) // a second delivery by another process would come now
@@ -175,6 +189,7 @@ test('lifecycle events made on either node reach a webhook exactly once, whichev
         .toEqual(['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'])
     }
   } finally {
+    if (!killed) await Promise.allSettled(sbxs.map((s) => Sandbox.kill(s.sandboxId, apis[0].opts)))
     receiver.closeAllConnections()
     receiver.close()
   }
