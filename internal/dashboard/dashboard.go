@@ -522,8 +522,53 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) 
 	r2.URL.RawPath = ""
 	r2.RequestURI = ""
 	stripCredentials(r2.Header)
+	if rest, ok := strings.CutPrefix(path, volumeContentPrefix); ok {
+		// The volume content API takes the volume's own token, which the
+		// server finds with the session's credential (so another team's
+		// volume is the API's 404) and the page never sees.
+		id, _, _ := strings.Cut(rest, "/")
+		tok, ok := h.volumeToken(w, r, s, id)
+		if !ok {
+			return
+		}
+		r2.Header.Set("Authorization", "Bearer "+tok)
+		// A volume's files are written by its sandboxes' code: served as
+		// hostile, as envd's answers are.
+		h.cfg.API.ServeHTTP(&hostileWriter{ResponseWriter: w}, r2)
+		return
+	}
 	r2.Header.Set(s.header, s.secret)
 	h.cfg.API.ServeHTTP(w, r2)
+}
+
+// volumeContentPrefix is the API's volume content routes' prefix.
+const volumeContentPrefix = "/volumecontent/"
+
+// volumeToken finds a volume's content token through the API with the
+// session's credential: the API's answer is the caller's when it fails.
+func (h *Handler) volumeToken(w http.ResponseWriter, r *http.Request, s *session, id string) (string, bool) {
+	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/?#%") {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid volume ID %q", id))
+		return "", false
+	}
+	rec := httptest.NewRecorder()
+	req := h.apiRequest(r.Context(), r, http.MethodGet, "/volumes/"+url.PathEscape(id), nil)
+	req.Header.Set(s.header, s.secret)
+	h.cfg.API.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return "", false
+	}
+	var v struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || v.Token == "" {
+		writeError(w, http.StatusBadGateway, "the volume's record could not be read")
+		return "", false
+	}
+	return v.Token, true
 }
 
 // envdToken finds the sandbox's envd access token through the API with

@@ -21,6 +21,15 @@ type fakeAPI struct{ last http.Header }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.last = r.Header.Clone()
+	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		// The content API takes only the volume's own token.
+		if r.Header.Get("Authorization") != "Bearer vol-token" || r.URL.Path != "/volumecontent/vol1/dir" {
+			writeError(w, http.StatusUnauthorized, "missing or invalid volume token")
+			return
+		}
+		writeJSONBody(w, http.StatusOK, []any{})
+		return
+	}
 	if r.Header.Get("X-API-Key") != goodKey {
 		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 		return
@@ -30,6 +39,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONBody(w, http.StatusOK, []any{})
 	case "/sandboxes/sb1":
 		writeJSONBody(w, http.StatusOK, map[string]any{"sandboxID": "sb1", "envdAccessToken": "envd-token"})
+	case "/volumes/vol1":
+		writeJSONBody(w, http.StatusOK, map[string]any{"volumeID": "vol1", "name": "v", "token": "vol-token"})
 	default:
 		writeError(w, http.StatusNotFound, "sandbox not found")
 	}
@@ -259,5 +270,31 @@ func TestTossedCookieRefused(t *testing.T) {
 		if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": c, Header: "1"}); w.Code != http.StatusUnauthorized {
 			t.Errorf("two session cookies %q: %d", c, w.Code)
 		}
+	}
+}
+
+func TestVolumeContentDoor(t *testing.T) {
+	h, api, _, _ := newTest(t)
+	cookie := signIn(t, h)
+	hdr := map[string]string{"Cookie": cookie, Header: "1", "Authorization": "Bearer forged"}
+	// The team's volume: its token put in by the server, the session's key
+	// and the browser's credential not passed on.
+	w := do(h, "GET", "/dashboard/api/volumecontent/vol1/dir?path=/", "", hdr)
+	if w.Code != http.StatusOK || api.last.Get("Authorization") != "Bearer vol-token" || api.last.Get("X-API-Key") != "" {
+		t.Fatalf("own volume: %d %s, API saw %v", w.Code, w.Body, api.last)
+	}
+	if w.Header().Get("Content-Disposition") != "attachment" || !strings.HasPrefix(w.Header().Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("a volume's content served without the hostile headers: %v", w.Header())
+	}
+	if strings.Contains(w.Body.String(), "vol-token") {
+		t.Errorf("the volume's token reached the page: %s", w.Body)
+	}
+	// Another team's (or no) volume: the API's 404 from the lookup.
+	if w := do(h, "GET", "/dashboard/api/volumecontent/vol2/dir?path=/", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("other volume: %d %s", w.Code, w.Body)
+	}
+	// Without a session: refused before any lookup.
+	if w := do(h, "GET", "/dashboard/api/volumecontent/vol1/dir", "", map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("no session: %d", w.Code)
 	}
 }

@@ -5,7 +5,9 @@ import { sandboxesPage } from './sandboxes.js'
 import { sandboxPage } from './sandbox.js'
 import { templatesPage, templatePage } from './templates.js'
 import { keysPage } from './keys.js'
-import { secretsPage, volumesPage } from './team.js'
+import { secretsPage, volumesPage, volumePage } from './team.js'
+import { webhooksPage, webhookPage } from './webhooks.js'
+import { usagePage } from './usage.js'
 
 const main = document.getElementById('main')
 const nav = document.getElementById('nav')
@@ -47,7 +49,11 @@ const routes = [
   [/^#\/templates$/, () => templatesPage()],
   [/^#\/keys$/, () => keysPage()],
   [/^#\/secrets$/, () => secretsPage()],
+  [/^#\/volumes\/([^/]+)$/, (m) => volumePage(decodeURIComponent(m[1]))],
   [/^#\/volumes$/, () => volumesPage()],
+  [/^#\/webhooks\/([^/]+)$/, (m) => webhookPage(decodeURIComponent(m[1]))],
+  [/^#\/webhooks$/, () => webhooksPage()],
+  [/^#\/usage$/, () => usagePage()],
 ]
 
 async function route() {
