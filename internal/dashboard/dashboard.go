@@ -110,6 +110,9 @@ type Config struct {
 	Store store.Store
 	// Now is the sessions' clock; nil: time.Now.
 	Now func() time.Time
+	// Admin, if set, opens the admin door (admin.go): only on the
+	// admin's own listener (--admin-addr).
+	Admin *AdminConfig
 }
 
 // Handler serves the dashboard, and the API for everything else.
@@ -131,7 +134,9 @@ type session struct {
 	header, secret string // the credential's header and value
 	team           string
 	mask           string
-	expires        time.Time
+	// admin: signed in with the admin token (admin.go).
+	admin   bool
+	expires time.Time
 	// tokens caches each sandbox's envd access token.
 	tokens map[string]envdToken
 }
@@ -167,6 +172,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveAPI(w, r, strings.TrimPrefix(p, Prefix+"api"))
 	case strings.HasPrefix(p, Prefix+"envd/"):
 		h.serveEnvd(w, r, strings.TrimPrefix(p, Prefix+"envd/"))
+	case strings.HasPrefix(p, Prefix+"admin/"):
+		h.serveAdmin(w, r, strings.TrimPrefix(p, Prefix+"admin"))
 	case p == Prefix+"session":
 		h.serveSession(w, r)
 	case strings.HasPrefix(p, Prefix):
@@ -347,7 +354,7 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusUnauthorized, "not signed in")
 			return
 		}
-		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
 	case http.MethodDelete:
 		if id, _ := h.sessionOf(r); id != "" {
 			h.mu.Lock()
@@ -380,6 +387,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "missing credentials: paste an API key (e2b_…) or an access token (sk_e2b_…)")
 		return
 	}
+	if h.isAdminToken(secret) {
+		h.startSession(w, r, &session{team: adminTeam, admin: true, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL)})
+		return
+	}
 	// The API judges the credential: its failure budget and its
 	// messages are the sign-in's.
 	check := httptest.NewRecorder()
@@ -397,8 +408,13 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 		return
 	}
-	now := h.cfg.Now()
-	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: now.Add(SessionTTL), tokens: map[string]envdToken{}}
+	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL), tokens: map[string]envdToken{}}
+	h.startSession(w, r, s)
+}
+
+// startSession keeps s under a new ID and sets the browser's cookie.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, s *session) {
+	now, team := h.cfg.Now(), s.team
 	id := newID()
 	h.mu.Lock()
 	h.makeRoom(team, now)
@@ -412,7 +428,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, h.cookie(r, id, int(SessionTTL/time.Second)))
-	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
 }
 
 // teamOf is the team a credential the API accepted belongs to.
@@ -512,8 +528,19 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) *session {
 	return s
 }
 
-func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+// authorizeTeam is authorize for a team's doors (the API, envd): the
+// admin token is no team's credential and never reaches them.
+func (h *Handler) authorizeTeam(w http.ResponseWriter, r *http.Request) *session {
 	s := h.authorize(w, r)
+	if s != nil && s.admin {
+		writeError(w, http.StatusForbidden, "signed in as the admin: sign in with a team's API key or access token for its sandboxes")
+		return nil
+	}
+	return s
+}
+
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+	s := h.authorizeTeam(w, r)
 	if s == nil {
 		return
 	}
@@ -626,7 +653,7 @@ func validSandboxID(id string) bool {
 }
 
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, rest string) {
-	s := h.authorize(w, r)
+	s := h.authorizeTeam(w, r)
 	if s == nil {
 		return
 	}

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 const goodKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -296,5 +299,90 @@ func TestVolumeContentDoor(t *testing.T) {
 	// Without a session: refused before any lookup.
 	if w := do(h, "GET", "/dashboard/api/volumecontent/vol1/dir", "", map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
 		t.Errorf("no session: %d", w.Code)
+	}
+}
+
+const adminToken = "wadm_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+// fakeNodes is a store's nodes.
+type fakeNodes struct{ nodes []store.Node }
+
+func (f *fakeNodes) ListNodes(context.Context) ([]store.Node, error) { return f.nodes, nil }
+
+func (f *fakeNodes) SetNodeState(_ context.Context, name string, st store.NodeState) error {
+	for i := range f.nodes {
+		if f.nodes[i].Name == name {
+			f.nodes[i].State = st
+			return nil
+		}
+	}
+	return store.ErrNotFound
+}
+
+func TestAdminDoor(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	nodes := &fakeNodes{nodes: []store.Node{{Name: "local", State: store.NodeReady, CPUs: 8, MemoryMB: 16384, HeartbeatAt: now}}}
+	api := &fakeAPI{}
+	h := New(Config{API: api, Now: func() time.Time { return now }, Admin: &AdminConfig{Token: adminToken, Nodes: nodes}})
+	team := signIn(t, h)
+	// A team's session neither sees nor acts on nodes.
+	for _, c := range []struct{ method, path string }{{"GET", "/dashboard/admin/nodes"}, {"POST", "/dashboard/admin/nodes/local/cordon"}} {
+		if w := do(h, c.method, c.path, "", map[string]string{"Cookie": team, Header: "1"}); w.Code != http.StatusForbidden {
+			t.Errorf("team session: %s %s = %d, want 403", c.method, c.path, w.Code)
+		}
+	}
+	if nodes.nodes[0].State != store.NodeReady {
+		t.Fatalf("a team's session changed the node: %v", nodes.nodes[0].State)
+	}
+	// No session: 401.
+	if w := do(h, "GET", "/dashboard/admin/nodes", "", map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("no session: %d", w.Code)
+	}
+	// The admin token signs in without the API, and reaches only the admin door.
+	api.last = nil
+	w := do(h, "POST", "/dashboard/session", `{"key":"`+adminToken+`"}`, map[string]string{Header: "1"})
+	if w.Code != http.StatusOK || api.last != nil || !strings.Contains(w.Body.String(), `"admin":true`) {
+		t.Fatalf("admin sign-in: %d %s (API reached: %v)", w.Code, w.Body, api.last != nil)
+	}
+	admin := CookieName + "=" + w.Result().Cookies()[0].Value
+	hdr := map[string]string{"Cookie": admin, Header: "1"}
+	w = do(h, "GET", "/dashboard/admin/nodes", "", hdr)
+	var list []nodeJSON
+	if err := json.Unmarshal(w.Body.Bytes(), &list); w.Code != http.StatusOK || err != nil || len(list) != 1 || list[0].Name != "local" || list[0].State != "ready" || list[0].CPUs != 8 {
+		t.Fatalf("admin list: %d %s", w.Code, w.Body)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/cordon", "", hdr); w.Code != http.StatusOK || nodes.nodes[0].State != store.NodeCordoned {
+		t.Errorf("cordon: %d %s, state %v", w.Code, w.Body, nodes.nodes[0].State)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/nosuch/drain", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("unknown node: %d", w.Code)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/explode", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("unknown action: %d", w.Code)
+	}
+	// CSRF applies: without the header, refused.
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/uncordon", "", map[string]string{"Cookie": admin}); w.Code != http.StatusForbidden {
+		t.Errorf("admin call without the CSRF header: %d", w.Code)
+	}
+	api.last = nil
+	for _, p := range []string{"/dashboard/api/sandboxes", "/dashboard/envd/sb1/files"} {
+		if w := do(h, "GET", p, "", hdr); w.Code != http.StatusForbidden {
+			t.Errorf("admin session on %s: %d, want 403", p, w.Code)
+		}
+	}
+	if api.last != nil {
+		t.Errorf("the admin token reached the API: %v", api.last)
+	}
+}
+
+func TestNoAdminDoorWithoutAdminConfig(t *testing.T) {
+	h, _, _, _ := newTest(t)
+	// The admin token is no credential here: the API refuses it.
+	if w := do(h, "POST", "/dashboard/session", `{"key":"`+adminToken+`"}`, map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("admin token on a public dashboard: %d", w.Code)
+	}
+	cookie := signIn(t, h)
+	if w := do(h, "GET", "/dashboard/admin/nodes", "", map[string]string{"Cookie": cookie, Header: "1"}); w.Code != http.StatusNotFound {
+		t.Errorf("admin door on a public dashboard: %d, want 404", w.Code)
 	}
 }

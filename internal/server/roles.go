@@ -169,12 +169,12 @@ func nodeAddr(st store.NodeStore) func(ctx context.Context, name string) (string
 
 // listeners are the public addresses of the api and all roles.
 type listeners struct {
-	api, proxy, metrics net.Listener
-	tls                 []net.Listener
+	api, proxy, metrics, admin net.Listener
+	tls                        []net.Listener
 }
 
 func (l *listeners) close() {
-	for _, ln := range append([]net.Listener{l.api, l.proxy, l.metrics}, l.tls...) {
+	for _, ln := range append([]net.Listener{l.api, l.proxy, l.metrics, l.admin}, l.tls...) {
 		if ln != nil {
 			ln.Close()
 		}
@@ -198,6 +198,10 @@ func listenPublic(cfg Config) (*listeners, error) {
 		return nil, err
 	}
 	if l.metrics, err = listenMetrics(cfg); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.admin, err = listenAdmin(cfg); err != nil {
 		l.close()
 		return nil, err
 	}

@@ -228,12 +228,13 @@ describe('dashboard', () => {
     const running = (await (await fetch(`${w.apiUrl}/v2/sandboxes?state=running&limit=100`, { headers: { 'X-API-Key': w.apiKey } })).json()).length
     expect(await page.$eval('#usage-summary', (e) => e.textContent)).toContain(`${running} running now`)
     // The series' arithmetic, on events it is given (newest first).
-    const s = await page.evaluate(async () => {
+    // (A string: vitest would rewrite an import() in a function.)
+    const s = await page.evaluate(`(async () => {
       const { series } = await import('/dashboard/usage.js')
       const ev = (type, t) => ({ type, timestamp: new Date(t * 1000).toISOString() })
       const out = series([ev('sandbox.lifecycle.killed', 1300), ev('sandbox.lifecycle.created', 1200), ev('sandbox.lifecycle.created', 1100)], 1, 1400)
       return { ys: out.running[1], rate: out.rate }
-    })
+    })()`)
     expect(s.ys).toEqual([0, 1, 1, 2, 2, 1, 1])
     expect(s.rate).toEqual([[1080, 1200], [1, 1]])
     await shot('usage')
