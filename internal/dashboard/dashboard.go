@@ -75,8 +75,20 @@ const Header = "X-Warren-Dashboard"
 // (rather than by the API), so that the page shows its sign-in again.
 const SessionHeader = "X-Warren-Session"
 
-// CookieName is the session cookie's name.
-const CookieName = "warren_session"
+// CookieName is the session cookie's name; AdminCookieName its name on
+// the admin's listener, whose sessions are its own (cookies ignore the
+// port: the two would otherwise replace each other in a browser).
+const (
+	CookieName      = "warren_session"
+	AdminCookieName = "warren_admin_session"
+)
+
+func (h *Handler) cookieName() string {
+	if h.cfg.Admin != nil {
+		return AdminCookieName
+	}
+	return CookieName
+}
 
 const (
 	// SessionTTL is how long a session lasts from sign-in.
@@ -317,7 +329,7 @@ func newID() string {
 // longer path so that it comes first, to sign the user into its own
 // session (cookie tossing).
 func (h *Handler) sessionOf(r *http.Request) (string, *session) {
-	cs := r.CookiesNamed(CookieName)
+	cs := r.CookiesNamed(h.cookieName())
 	if len(cs) != 1 || cs[0].Value == "" {
 		return "", nil
 	}
@@ -336,7 +348,7 @@ func (h *Handler) sessionOf(r *http.Request) (string, *session) {
 }
 
 func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: value, Path: Prefix, MaxAge: maxAge,
+	return &http.Cookie{Name: h.cookieName(), Value: value, Path: Prefix, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
 }
 

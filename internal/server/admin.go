@@ -62,7 +62,7 @@ func listenAdmin(cfg Config) (net.Listener, error) {
 		return nil, nil
 	}
 	for _, a := range append([]string{cfg.APIAddr, cfg.ProxyAddr, cfg.MetricsAddr}, cfg.ProxyTLSAddrs...) {
-		if a == cfg.AdminAddr {
+		if a == cfg.AdminAddr && !strings.HasSuffix(a, ":0") { // ":0": a port of its own anyway
 			return nil, fmt.Errorf("--admin-addr %s: the admin's dashboard gets a listener of its own, not the API's, the proxy's or the metrics'", cfg.AdminAddr)
 		}
 	}

@@ -8,11 +8,20 @@ import { keysPage } from './keys.js'
 import { secretsPage, volumesPage, volumePage } from './team.js'
 import { webhooksPage, webhookPage } from './webhooks.js'
 import { usagePage } from './usage.js'
+import { nodesPage } from './nodes.js'
 
 const main = document.getElementById('main')
 const nav = document.getElementById('nav')
 let cleanup = null
 let signedIn = false
+// admin: signed in with the admin token (the admin's listener): only
+// the nodes page is theirs.
+let admin = false
+
+function setNav() {
+  nav.hidden = false
+  for (const a of nav.querySelectorAll('a')) a.hidden = admin !== (a.getAttribute('href') === '#/nodes')
+}
 
 
 function signInPage(message) {
@@ -28,10 +37,10 @@ function signInPage(message) {
     e.preventDefault()
     msg.textContent = ''
     try {
-      await session.signIn(input.value)
+      admin = !!(await session.signIn(input.value)).admin
       signedIn = true
-      nav.hidden = false
-      if (!location.hash || location.hash === '#/signin') location.hash = '#/sandboxes'
+      setNav()
+      if (!location.hash || location.hash === '#/signin') location.hash = admin ? '#/nodes' : '#/sandboxes'
       else route()
     } catch (err) {
       msg.textContent = err.message
@@ -54,13 +63,14 @@ const routes = [
   [/^#\/webhooks\/([^/]+)$/, (m) => webhookPage(decodeURIComponent(m[1]))],
   [/^#\/webhooks$/, () => webhooksPage()],
   [/^#\/usage$/, () => usagePage()],
+  [/^#\/nodes$/, () => nodesPage()],
 ]
 
 async function route() {
   if (cleanup) { cleanup(); cleanup = null }
   showError(null)
   if (!signedIn) return signInPage()
-  const hash = location.hash || '#/sandboxes'
+  const hash = location.hash || (admin ? '#/nodes' : '#/sandboxes')
   for (const a of nav.querySelectorAll('a')) {
     if (hash.startsWith(a.getAttribute('href'))) a.setAttribute('aria-current', 'page')
     else a.removeAttribute('aria-current')
@@ -98,8 +108,8 @@ document.getElementById('signout').addEventListener('click', async () => {
 })
 
 try {
-  await session.get()
+  admin = !!(await session.get()).admin
   signedIn = true
-  nav.hidden = false
+  setNav()
 } catch { signedIn = false }
 route()

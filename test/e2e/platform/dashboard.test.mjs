@@ -5,7 +5,7 @@
 // their paths printed.
 import { afterAll, beforeAll, describe, expect, inject, test } from 'vitest'
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
@@ -322,6 +322,48 @@ describe('dashboard', () => {
     expect(status).toBe('ready')
     await go(`#/templates/${build.templateId}`, `Template ${build.templateId}`)
     expect(await page.$eval('#tags tr[data-tag="default"]', (r) => r.textContent)).toContain(build.buildId)
+  })
+
+  test('nodes: only on the admin listener, only for the admin token; cordon and uncordon from the page', async () => {
+    const adminToken = readFileSync(path.join(w.dataDir, 'admin-token'), 'utf8').trim()
+    const h = { 'X-Warren-Dashboard': '1', 'Content-Type': 'application/json' }
+    // The API's address has no admin surface: the admin token is no credential there.
+    const pub = await fetch(`${w.apiUrl}/dashboard/session`, { method: 'POST', headers: h, body: JSON.stringify({ key: adminToken }) })
+    expect(pub.status).toBe(401)
+    expect(await page.evaluate(async () => (await fetch('/dashboard/admin/nodes', { headers: { 'X-Warren-Dashboard': '1' } })).status)).toBe(404)
+    const ctx = await browser.createBrowserContext()
+    const p = await ctx.newPage()
+    p.on('dialog', (d) => d.accept())
+    try {
+      // A team's key signs in on the admin listener, and is refused the nodes.
+      await p.goto(`${w.adminUrl}/dashboard/`)
+      await p.waitForSelector('#key')
+      await p.type('#key', w.apiKey)
+      await p.click('form.card button[type=submit]')
+      await p.waitForSelector('#sandboxes')
+      const refused = await p.evaluate(async () => { const r = await fetch('/dashboard/admin/nodes', { headers: { 'X-Warren-Dashboard': '1' } }); return [r.status, (await r.json()).message] })
+      expect(refused[0]).toBe(403)
+      expect(refused[1]).toMatch(/admin/)
+      await p.click('#signout')
+      await p.waitForSelector('#key')
+      // The admin sees the node, and cordons and uncordons it.
+      await p.type('#key', adminToken)
+      await p.click('form.card button[type=submit]')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="ready"]', { timeout: 10_000 })
+      expect(await p.$eval('#nodes tr[data-name="local"]', (r) => r.textContent)).toMatch(/\d+ \/ \d+ MiB/)
+      await shot('nodes', p)
+      await p.click('#nodes tr[data-name="local"] button.cordon')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="cordoned"]')
+      expect(execFileSync(warrenBinary, ['nodes', '--data-dir', w.dataDir], { encoding: 'utf8' })).toMatch(/\nlocal\s+cordoned/)
+      await p.click('#nodes tr[data-name="local"] button.uncordon')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="ready"]')
+      // The admin session reaches no team's API.
+      expect(await p.evaluate(async () => (await fetch('/dashboard/api/v2/sandboxes', { headers: { 'X-Warren-Dashboard': '1' } })).status)).toBe(403)
+    } finally {
+      // Never leave the suite's node cordoned.
+      execFileSync(warrenBinary, ['nodes', 'uncordon', 'local', '--data-dir', w.dataDir])
+      await ctx.close()
+    }
   })
 
   test('team B\'s session never sees team A\'s sandbox, nor reaches its envd', async () => {
