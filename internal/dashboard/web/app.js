@@ -31,7 +31,7 @@ function signInPage(message) {
   const form = h('form', { class: 'card', 'aria-labelledby': 'signin-title' },
     h('h1', { id: 'signin-title' }, 'Sign in to Warren'),
     h('label', { for: 'key' }, 'API key or access token', input),
-    h('p', { id: 'key-help', class: 'muted' }, 'e2b_… or sk_e2b_…, as the SDK uses. Kept by the server for this session; the page never stores it.'),
+    h('p', { id: 'key-help', class: 'muted' }, 'e2b_… or sk_e2b_…, as the SDK uses (on the admin listener, the admin token wadm_…). Kept by the server for this session; the page never stores it.'),
     h('button', { type: 'submit' }, 'Sign in'), msg)
   form.addEventListener('submit', async (e) => {
     e.preventDefault()
@@ -40,7 +40,9 @@ function signInPage(message) {
       admin = !!(await session.signIn(input.value)).admin
       signedIn = true
       setNav()
-      if (!location.hash || location.hash === '#/signin') location.hash = admin ? '#/nodes' : '#/sandboxes'
+      // The admin's only page is the nodes'; a team's are all the others.
+      const home = admin ? '#/nodes' : '#/sandboxes'
+      if (!location.hash || location.hash === '#/signin' || admin !== (location.hash === '#/nodes')) location.hash = home
       else route()
     } catch (err) {
       msg.textContent = err.message
