@@ -62,7 +62,7 @@ function plot(id, title, [xs, ys], opts = {}) {
     new window.uPlot({
       width: Math.max(240, box.clientWidth - 16), height: 180, legend: { show: false },
       series: [{}, { label: title, stroke: '#0b57d0', width: 2, fill: opts.fill, points: { show: xs.length < 20 }, paths: opts.paths }],
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.2, 1)] } },
+      scales: { x: { time: true, range: (u, min, max) => [min - 60, max + 60] }, y: { range: (u, min, max) => [0, Math.max(max * 1.2, 1)] } },
       axes: [{}, { size: 50 }],
     }, [xs, ys], box)
   })
