@@ -69,6 +69,9 @@ func checkRole(cfg *Config) (*clusterParts, error) {
 	if cfg.Role == RoleNode && cfg.NodeName == "local" {
 		return nil, errors.New("--role node needs its own --node-name, unique in the cluster")
 	}
+	if cfg.Role == RoleNode && cfg.AdminAddr != "" {
+		return nil, errors.New("--admin-addr is for --role all or api: a node serves no dashboard")
+	}
 	if cfg.Role == RoleAPI && cfg.NodeAddr != "" {
 		return nil, errors.New("--node-addr is for --role node")
 	}
