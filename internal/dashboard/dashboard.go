@@ -31,6 +31,15 @@
 // as an attachment, so that nothing a sandbox sends can run as the
 // dashboard.
 //
+// Volumes. /dashboard/api/volumecontent/{volumeID}/... reaches the
+// volume content API with the volume's own token, which the server looks
+// up with the session's credential (another team's volume is 404); what
+// it answers is served as hostile, as envd's answers are.
+//
+// Admin. Made with Config.Admin (only on the admin's own listener),
+// the handler also serves /dashboard/admin/ (the nodes) to a session
+// signed in with the admin token (admin.go).
+//
 // CSRF. Besides SameSite=Strict, every request under /dashboard/api/,
 // /dashboard/envd/ and to /dashboard/session must carry the header
 // X-Warren-Dashboard (a cross-origin page cannot send it without a CORS

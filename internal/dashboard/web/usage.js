@@ -44,14 +44,19 @@ export function series(events, runningNow, now = Date.now() / 1000) {
     ys.push(n)
   }
   xs.reverse(); ys.reverse()
-  const perMinute = new Map()
-  for (const e of events) {
-    if (e.type !== 'sandbox.lifecycle.created') continue
-    const m = Math.floor(Date.parse(e.timestamp) / 60000) * 60
-    if (Number.isFinite(m)) perMinute.set(m, (perMinute.get(m) || 0) + 1)
-  }
-  const mins = [...perMinute.keys()].sort((a, b) => a - b)
-  return { running: [xs, ys], rate: [mins, mins.map((m) => perMinute.get(m))] }
+  // Starts per minute, in buckets of whole minutes: at most ~120 over the
+  // window, empty ones drawn as 0 (one before and one after, too).
+  const created = events.filter((e) => e.type === 'sandbox.lifecycle.created').map((e) => Date.parse(e.timestamp) / 1000).filter(Number.isFinite)
+  if (!created.length) return { running: [xs, ys], rate: [[], []] }
+  const first = Math.min(...created)
+  const last = Math.max(...created)
+  const bucket = 60 * Math.max(1, Math.ceil((last - first) / 60 / 120))
+  const start = Math.floor(first / bucket) * bucket - bucket
+  const buckets = Math.floor((last - start) / bucket) + 2
+  const counts = new Array(buckets).fill(0)
+  for (const t of created) counts[Math.floor((t - start) / bucket)]++
+  const times = counts.map((_, i) => start + i * bucket)
+  return { running: [xs, ys], rate: [times, counts.map((c) => c / (bucket / 60))] }
 }
 
 function plot(id, title, [xs, ys], opts = {}) {
@@ -62,7 +67,7 @@ function plot(id, title, [xs, ys], opts = {}) {
     new window.uPlot({
       width: Math.max(240, box.clientWidth - 16), height: 180, legend: { show: false },
       series: [{}, { label: title, stroke: '#0b57d0', width: 2, fill: opts.fill, points: { show: xs.length < 20 }, paths: opts.paths }],
-      scales: { x: { time: true, range: (u, min, max) => [min - 60, max + 60] }, y: { range: (u, min, max) => [0, Math.max(max * 1.2, 1)] } },
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.2, 1)] } },
       axes: [{}, { size: 50 }],
     }, [xs, ys], box)
   })

@@ -245,7 +245,7 @@ describe('dashboard', () => {
       return { ys: out.running[1], rate: out.rate }
     })()`)
     expect(s.ys).toEqual([0, 1, 1, 2, 2, 1, 1])
-    expect(s.rate).toEqual([[1080, 1200], [1, 1]])
+    expect(s.rate).toEqual([[1020, 1080, 1140, 1200, 1260], [0, 1, 0, 1, 0]])
     await shot('usage')
   })
 
