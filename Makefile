@@ -61,10 +61,13 @@ test-deploy:
 
 # Test servers of an earlier run that was killed leave data dirs behind
 # whose names block the next run's servers: sweep-test-leftovers removes
-# those of servers that are gone.
+# those of servers that are gone. The slowest packages (test/security,
+# internal/node, internal/template: ~95 s each) mostly wait on sandboxes
+# that boot, so four packages at a time (-p 4, not one per core) overlap
+# that waiting; each package's servers have their own ranges and dirs.
 test-go:
 	scripts/sweep-test-leftovers.sh
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m -p 4 ./...
 
 # Every fuzz target for a few seconds (make fuzz: longer, FUZZTIME=10m).
 FUZZTIME ?= 2m

@@ -23,7 +23,7 @@ var shared struct {
 	err  error
 }
 
-func sharedS3(t *testing.T) *s3test.Server {
+func sharedS3(t testing.TB) *s3test.Server {
 	shared.once.Do(func() {
 		if shared.dir, shared.err = os.MkdirTemp("", "warren-blobstore-s3-"); shared.err == nil {
 			shared.srv, shared.err = s3test.StartDir(shared.dir)

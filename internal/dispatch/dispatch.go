@@ -448,6 +448,11 @@ func (d *Dispatcher) freedOn(node string) {
 func (d *Dispatcher) Kill(ctx context.Context, teamID, id string) error {
 	c, node, err := d.onNode(ctx, teamID, id)
 	if err != nil {
+		// Paused in the blob store by a lost node: another node removes
+		// it from the shared stores (resume.go).
+		if rec, cands, merr := d.movable(ctx, teamID, id, err); merr == nil {
+			return d.killAway(ctx, rec, cands)
+		}
 		return err
 	}
 	d.forget(id)

@@ -95,3 +95,23 @@ func (d *Dispatcher) others(ctx context.Context, name string) []store.Node {
 	}
 	return out
 }
+
+// killAway has the first candidate that answers remove a sandbox paused
+// in the blob store by a lost node (its record and blob: the node's
+// sandbox.RemoveFromBlobStore); a node without the blob store passes it
+// on.
+func (d *Dispatcher) killAway(ctx context.Context, rec store.Sandbox, cands []store.Node) error {
+	err := fmt.Errorf("%w: no node is ready to remove sandbox %s from the blob store (`warren nodes` shows their states)", sandbox.ErrNodeUnavailable, rec.ID)
+	for _, n := range cands {
+		err = d.client(n).Kill(ctx, rec.TeamID, rec.ID)
+		if err == nil {
+			d.forget(rec.ID)
+			d.log.InfoContext(ctx, "dispatch: killed a sandbox paused in the blob store by a lost node", "sandbox", rec.ID, "node", rec.Node, "by", n.Name)
+			return nil
+		}
+		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNodeUnavailable) {
+			return err
+		}
+	}
+	return err
+}

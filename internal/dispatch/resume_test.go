@@ -118,3 +118,43 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 		t.Fatalf("the drained node was asked %v", got)
 	}
 }
+
+// A kill of a sandbox paused into the blob store by a lost node goes to
+// a live node (which removes it from the stores); one paused on its lost
+// node only, or another team's, is not found and no node is asked.
+func TestKillOfPausedInTheBlobStoreGoesElsewhere(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster2(t)
+	d := c.d
+	for id, blob := range map[string]string{"stored": "sha256:" + strings.Repeat("cd", 32), "local": ""} {
+		rec := store.Sandbox{ID: id, TeamID: "t1", TemplateID: "base", State: store.StatePaused, Node: "nb",
+			PausedAt: c.now, PausedBlob: blob, StartedAt: c.now, EndAt: c.now.Add(time.Hour)}
+		if err := c.st.CreateSandbox(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.st.HeartbeatNode(ctx, "na", c.now.Add(cluster.DefaultLostAfter), store.NodeUsage{}); err != nil {
+		t.Fatal(err)
+	}
+	c.later(cluster.DefaultLostAfter + time.Second) // nb is lost
+	for _, team := range []string{"t2", ""} {
+		if err := d.Kill(ctx, team, "stored"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("kill as team %q: %v", team, err)
+		}
+	}
+	if err := d.Kill(ctx, "t1", "local"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("kill of a sandbox on its lost node only: %v", err)
+	}
+	if got := c.nodes["na"].asked; len(got) != 0 {
+		t.Fatalf("na was asked %v", got)
+	}
+	if err := d.Kill(ctx, "t1", "stored"); err != nil {
+		t.Fatalf("kill of a sandbox in the blob store, its node lost: %v", err)
+	}
+	if got := c.nodes["na"].asked; len(got) != 1 || got[0] != "kill t1 stored" {
+		t.Fatalf("na was asked %v", got)
+	}
+	if got := c.nodes["nb"].asked; len(got) != 0 {
+		t.Fatalf("the lost node was asked %v", got)
+	}
+}

@@ -17,7 +17,10 @@ import (
 // (warren_blob_store_errors_total) and the bytes moved counted by
 // direction (warren_blob_store_bytes_total: upload, download): the
 // throughput is the rate of the bytes over the time of put and get.
-// Call it once per Metrics.
+// Each listing of a team's blobs (the blob collector lists every team's
+// every 10 minutes) sets warren_blob_store_team_bytes, the bytes the
+// team has in the store; BlobCache counts the paused sandboxes' copies
+// used or fetched. Call it once per Metrics.
 func (m *Metrics) BlobStore(s blobstore.Store) blobstore.Store {
 	b := &timedBlobs{Store: s,
 		time: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -34,8 +37,30 @@ func (m *Metrics) BlobStore(s blobstore.Store) blobstore.Store {
 			Help: "Bytes uploaded to and downloaded from the blob store.",
 		}, []string{"direction"}),
 	}
-	m.reg.MustRegister(b.time, b.errs, b.bytes)
+	b.teamBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warren_blob_store_team_bytes",
+		Help: "Bytes a team has in the blob store, as last listed (the blob collector lists every team every 10 minutes).",
+	}, []string{"team"})
+	m.blobCache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warren_blob_cache_total",
+		Help: "Resumes of sandboxes paused in the blob store: with the node's own copy (hit) or fetched from the store (miss).",
+	}, []string{"result"})
+	m.reg.MustRegister(b.time, b.errs, b.bytes, b.teamBytes, m.blobCache)
 	return b
+}
+
+// BlobCache counts a resume of a sandbox paused in the blob store that
+// found the node's copy (hit) or fetched the blob (miss). It is the
+// sandbox manager's BlobCacheObserver.
+func (m *Metrics) BlobCache(hit bool) {
+	if m.blobCache == nil {
+		return
+	}
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	m.blobCache.WithLabelValues(result).Inc()
 }
 
 type timedBlobs struct {
@@ -43,6 +68,8 @@ type timedBlobs struct {
 	time  *prometheus.HistogramVec
 	errs  *prometheus.CounterVec
 	bytes *prometheus.CounterVec
+	// teamBytes is set by List.
+	teamBytes *prometheus.GaugeVec
 }
 
 func (b *timedBlobs) observe(op string, start time.Time, err error) {
@@ -90,6 +117,13 @@ func (b *timedBlobs) List(ctx context.Context, team string) ([]blobstore.Info, e
 	start := time.Now()
 	infos, err := b.Store.List(ctx, team)
 	b.observe("list", start, err)
+	if err == nil && team != "" {
+		var n int64
+		for _, i := range infos {
+			n += i.Size
+		}
+		b.teamBytes.WithLabelValues(team).Set(float64(n))
+	}
 	return infos, err
 }
 

@@ -65,3 +65,57 @@ func TestBlobStoreCountsBytesAndFailures(t *testing.T) {
 		t.Errorf("counters %v, want %v", got, want)
 	}
 }
+
+// A listing of a team's blobs sets its bytes in the store; the cache's
+// hits and misses are counted.
+func TestBlobStoreTeamBytesAndCache(t *testing.T) {
+	m := New()
+	local, err := blobstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.BlobStore(local)
+	ctx := context.Background()
+	for _, data := range []string{"first blob", "second"} {
+		if err := s.Put(ctx, "t1", blobstore.DigestOf([]byte(data)), int64(len(data)), strings.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, team := range []string{"t1", "t2"} {
+		if _, err := s.List(ctx, team); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.BlobCache(true)
+	m.BlobCache(false)
+	m.BlobCache(false)
+	got := map[string]float64{}
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				key += " " + l.GetValue()
+			}
+			if g := mt.GetGauge(); g != nil {
+				got[key] = g.GetValue()
+			}
+			if c := mt.GetCounter(); c != nil {
+				got[key] = c.GetValue()
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"warren_blob_store_team_bytes t1": 16,
+		"warren_blob_store_team_bytes t2": 0,
+		"warren_blob_cache_total hit":     1,
+		"warren_blob_cache_total miss":    2,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -57,6 +57,8 @@ type Metrics struct {
 	sandboxOpTime *prometheus.HistogramVec
 	builds        *prometheus.CounterVec
 	buildTime     *prometheus.HistogramVec
+	// blobCache is set by BlobStore (blobstore.go).
+	blobCache     *prometheus.CounterVec
 	proxyRequests *prometheus.CounterVec
 	proxyBytesIn  prometheus.Counter
 	proxyBytesOut prometheus.Counter

@@ -149,6 +149,7 @@ func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, 
 		return nil, &ResumeError{ID: id, Step: "fetching it from the blob store", Err: err}
 	}
 	start := time.Now()
+	m.blobCache(false)
 	if err := m.fetchPaused(ctx, teamID, d, home); err != nil {
 		_ = os.RemoveAll(home)
 		m.log.Error("fetching a paused sandbox from the blob store", "sandbox", id, "blob", d.String(), "err", err)
@@ -362,7 +363,12 @@ func (m *Manager) trimCopies(ctx context.Context) {
 // fetchIfEvicted brings back a paused sandbox's files from the blob
 // store when trimCopies evicted them.
 func (m *Manager) fetchIfEvicted(ctx context.Context, teamID string, rec store.Sandbox, p node.Paused) error {
-	if _, err := os.Stat(p.Dir); err == nil || rec.PausedBlob == "" || m.cfg.Blobs == nil {
+	if rec.PausedBlob == "" || m.cfg.Blobs == nil {
+		return nil
+	}
+	_, err := os.Stat(p.Dir)
+	m.blobCache(err == nil)
+	if err == nil {
 		return nil
 	}
 	d, err := blobstore.ParseDigest(rec.PausedBlob)
@@ -378,4 +384,130 @@ func (m *Manager) fetchIfEvicted(ctx context.Context, teamID string, rec store.S
 	}
 	m.log.Info("fetched an evicted paused sandbox back from the blob store", "sandbox", rec.ID, "blob", rec.PausedBlob)
 	return nil
+}
+
+// Removing a lost node's paused sandbox from the blob store.
+//
+// A sandbox paused into the blob store outlives its node, so it must be
+// removable without it too: a kill the api hands to another node (the
+// owner is lost), and the paused-retention reaper of every node, remove
+// the record and the blob from the shared stores. Removal is
+// conditional on the record still naming the node and blob that were
+// read, so a node that took the sandbox over (resumed it) meanwhile, or
+// the owner's own kill, wins and nothing is removed twice. The lost
+// node, when it returns, finds no record and removes its copy at its
+// start (recover.go).
+
+// RemoveFromBlobStore removes team teamID's sandbox id, paused in the
+// blob store on a node other than self: its record, then its blob (a
+// failure there leaves garbage CollectBlobs removes, not a sandbox).
+// ErrNotFound when there is no such sandbox of the team.
+func RemoveFromBlobStore(ctx context.Context, st store.Store, blobs blobstore.Store, self, teamID, id string) error {
+	notFound := fmt.Errorf("%w: %s", ErrNotFound, id)
+	if blobs == nil || teamID == "" {
+		return notFound
+	}
+	rec, err := st.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !pausedAway(rec, self))) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	d, err := blobstore.ParseDigest(rec.PausedBlob)
+	if err != nil {
+		return err
+	}
+	_, err = st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if s.TeamID != teamID || s.State != store.StatePaused || s.Node != rec.Node || s.PausedBlob != rec.PausedBlob {
+			return fmt.Errorf("%w: sandbox %s changed while it was removed", ErrConflict, id)
+		}
+		s.State = store.StateKilled
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	if err := st.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Killed, invisible: its node's next start forgets the record.
+		return err
+	}
+	return blobs.Delete(ctx, teamID, d)
+}
+
+// pausedAway reports a sandbox paused in the blob store by a node other
+// than self.
+func pausedAway(r store.Sandbox, self string) bool {
+	return r.State == store.StatePaused && r.PausedBlob != "" && r.Node != self
+}
+
+// ReapLostPaused removes the sandboxes paused in the blob store before
+// cutoff whose node is lost (no heartbeat for lostAfter at now) or
+// unregistered: their node's reaper cannot. It returns how many it
+// removed. Every node sharing the stores may run it.
+func ReapLostPaused(ctx context.Context, st store.Store, blobs blobstore.Store, self string, cutoff, now time.Time, lostAfter time.Duration) (int, error) {
+	if blobs == nil {
+		return 0, nil
+	}
+	recs, err := st.ListSandboxes(ctx, store.SandboxFilter{Teams: store.AllTeams(), States: []store.SandboxState{store.StatePaused}})
+	if err != nil {
+		return 0, err
+	}
+	ns, err := st.ListNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	for _, n := range ns {
+		alive[n.Name] = !n.Lost(now, lostAfter)
+	}
+	removed := 0
+	var errs []error
+	for _, r := range recs {
+		if !pausedAway(r, self) || alive[r.Node] || r.PausedAt.IsZero() || !r.PausedAt.Before(cutoff) {
+			continue
+		}
+		switch err := RemoveFromBlobStore(ctx, st, blobs, self, r.TeamID, r.ID); {
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", r.ID, err))
+		default:
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// lostReapInterval is how often a node with a blob store reaps the lost
+// nodes' paused sandboxes.
+const lostReapInterval = time.Minute
+
+// reapLostPaused is ReapLostPaused on the manager's stores, from the
+// background.
+func (m *Manager) reapLostPaused() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	now := time.Now()
+	n, err := ReapLostPaused(ctx, m.cfg.Store, m.cfg.Blobs, m.cfg.NodeName, now.Add(-m.cfg.PausedRetention), now, m.cfg.NodeLostAfter)
+	if err != nil {
+		m.log.Warn("removing lost nodes' sandboxes paused past the retention", "removed", n, "err", err)
+	} else if n > 0 {
+		m.log.Info("removed lost nodes' sandboxes paused in the blob store longer than the retention (--paused-retention)", "removed", n, "retention", m.cfg.PausedRetention)
+	}
+}
+
+// BlobCacheObserver is an Observer that also counts the resumes of
+// sandboxes paused in the blob store that found this node's copy (hit)
+// or fetched their blob (miss).
+type BlobCacheObserver interface {
+	BlobCache(hit bool)
+}
+
+func (m *Manager) blobCache(hit bool) {
+	if o, ok := m.cfg.Observer.(BlobCacheObserver); ok {
+		o.BlobCache(hit)
+	}
 }

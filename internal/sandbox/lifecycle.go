@@ -44,10 +44,27 @@ func (e *ResumeError) Unwrap() error { return e.Err }
 // Kill ends a team's sandbox and removes it, running or paused.
 func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
 	l, err := m.lookup(store.ForTeam(teamID), id)
-	if err != nil {
-		return err
+	if err == nil {
+		// A copy here of a sandbox another node took over from the blob
+		// store goes, and then the sandbox itself if that node is lost
+		// (below).
+		if err := m.kill(ctx, l); err != nil || m.cfg.Blobs == nil {
+			return err
+		}
 	}
-	return m.kill(ctx, l)
+	if m.cfg.Blobs != nil && (err == nil || errors.Is(err, ErrNotFound)) {
+		// Paused in the blob store by a node that is lost: the api
+		// hands its kill to this one (RemoveFromBlobStore).
+		rerr := RemoveFromBlobStore(context.WithoutCancel(ctx), m.cfg.Store, m.cfg.Blobs, m.cfg.NodeName, teamID, id)
+		switch {
+		case rerr == nil:
+			m.log.InfoContext(ctx, "killed a sandbox paused in the blob store by another node", "sandbox", id)
+			return nil
+		case !errors.Is(rerr, ErrNotFound):
+			return rerr
+		}
+	}
+	return err
 }
 
 func (m *Manager) kill(ctx context.Context, l *live) error {

@@ -87,6 +87,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/blobstore"
+	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -155,6 +156,10 @@ type Config struct {
 	// BlobGCGrace is how old a blob no record names must be before it is
 	// removed (every 10 minutes). Default DefaultBlobGCGrace.
 	BlobGCGrace time.Duration
+	// NodeLostAfter is how old another node's heartbeat may be before its
+	// sandboxes paused in Blobs are this node's to reap past the
+	// retention (ReapLostPaused). Default cluster.DefaultLostAfter.
+	NodeLostAfter time.Duration
 	// MaxSandboxes bounds the sandboxes on this node, warm ones included.
 	// Default 100.
 	MaxSandboxes int
@@ -346,6 +351,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxSandboxes <= 0 {
 		cfg.MaxSandboxes = 100
 	}
+	if cfg.NodeLostAfter <= 0 {
+		cfg.NodeLostAfter = cluster.DefaultLostAfter
+	}
 	if cfg.BlobGCGrace <= 0 {
 		cfg.BlobGCGrace = DefaultBlobGCGrace
 	}
@@ -418,8 +426,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.every(m.cfg.ReapInterval, m.reap)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.Blobs != nil {
-		m.wg.Add(1)
+		m.wg.Add(2)
 		go m.every(blobGCInterval, m.collectBlobs)
+		go m.every(lostReapInterval, m.reapLostPaused)
 	}
 	if m.cfg.PoolSize > 0 {
 		m.mu.Lock()

@@ -309,7 +309,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	mgr, err = sandbox.New(sandbox.Config{
-		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB, MaxTimeout: cfg.MaxSandboxTimeout,
+		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB, MaxTimeout: cfg.MaxSandboxTimeout, NodeLostAfter: cfg.LostAfter,
 		Store: st, Node: n, Images: images, NodeName: cfg.NodeName,
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerTeam: cfg.MaxPerTeam, PoolSize: cfg.PoolSize, Logger: log,
 		PoolMaxMemoryMB: cfg.PoolMaxMemoryMB,

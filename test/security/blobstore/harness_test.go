@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,19 +14,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/warren-sandbox/warren/internal/blobstore/s3test"
 	"github.com/warren-sandbox/warren/internal/store"
-	pb "github.com/warren-sandbox/warren/proto/envd/process"
-	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
 )
 
@@ -43,7 +38,6 @@ var (
 
 const (
 	pgAdminDSN = "host=/var/run/postgresql user=root dbname=postgres sslmode=disable"
-	envdPort   = 49983
 	lostAfter  = 3 * time.Second
 )
 
@@ -359,31 +353,6 @@ type result struct {
 
 // exec runs a shell script in the sandbox through the api's proxy.
 func (c *cluster) exec(ctx context.Context, sb sandbox, script string) (result, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cl := processconnect.NewProcessClient(http.DefaultClient, c.proxyURL())
-	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}}})
-	req.Header().Set("E2b-Sandbox-Id", sb.ID)
-	req.Header().Set("E2b-Sandbox-Port", strconv.Itoa(envdPort))
-	req.Header().Set("X-Access-Token", sb.EnvdToken)
-	req.Header().Set("Authorization", "Basic dXNlcjo=") // user:
-	stream, err := cl.Start(ctx, req)
-	if err != nil {
-		return result{exit: -1}, err
-	}
-	defer stream.Close()
-	var out strings.Builder
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil && out.Len() < 1<<20 {
-			out.Write(d.GetStdout())
-		}
-		if end := ev.GetEnd(); end != nil {
-			return result{stdout: out.String(), exit: int(end.GetExitCode())}, nil
-		}
-	}
-	if err := stream.Err(); err != nil {
-		return result{exit: -1}, err
-	}
-	return result{exit: -1}, errors.New("the stream ended before the process")
+	r, err := seckit.Exec(ctx, c.proxyURL(), sb.ID, sb.EnvdToken, script)
+	return result{stdout: r.Stdout, exit: r.Exit}, err
 }

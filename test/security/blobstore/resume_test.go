@@ -3,6 +3,7 @@ package blobstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,7 +29,8 @@ import (
 // and processes; drained, B pauses it into the store again and it
 // resumes on A; another team reaches nothing; the S3 credentials appear
 // in no log or answer; evicted from A's bounded copies, it comes back
-// from the store.
+// from the store; paused there again and A killed, it is killed
+// through the api (record and blob removed) and A, back, keeps nothing.
 func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 	fault := func(step string) []string {
 		return []string{"WARREN_TEST_FAULTS=1", "WARREN_TEST_FAULT=" + step + ":*"}
@@ -233,6 +235,43 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 		t.Fatalf("connect after the eviction: %v %v", r, err)
 	}
 	counted("resumed on A from the store after its copy was evicted")
+
+	// Paused into the store on A, A killed: the api kills it through B
+	// (record and blob go), and A, back, keeps nothing of it.
+	killSteps := time.Now()
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/pause", nil); err != nil || r.status != http.StatusNoContent {
+		t.Fatalf("pause on A before its loss: %v %v", r, err)
+	}
+	rec, err = c.st.GetSandbox(ctx, sb.ID)
+	if err != nil || rec.State != store.StatePaused || rec.Node != a.name || rec.PausedBlob == "" {
+		t.Fatalf("paused on A: %+v %v", rec, err)
+	}
+	key = "warren/teams/" + rec.TeamID + "/sha256/" + strings.TrimPrefix(rec.PausedBlob, "sha256:")
+	c.kill9(a)
+	time.Sleep(lostAfter + time.Second)
+	if r, err := c.call(ctx, c.otherKey, "DELETE", "/sandboxes/"+sb.ID, nil); err != nil || r.status != http.StatusNotFound {
+		t.Errorf("another team's kill of a lost node's paused sandbox: %v %v", r, err)
+	}
+	if r, err := c.call(ctx, c.apiKey, "DELETE", "/sandboxes/"+sb.ID, nil); err != nil || r.status != http.StatusNoContent {
+		t.Fatalf("kill of a sandbox paused in the store by a lost node: %v %v", r, err)
+	}
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the killed sandbox's record stays: %+v %v", rec, err)
+	}
+	if _, err := mc.StatObject(ctx, c.s3.Bucket, key, minio.StatObjectOptions{}); err == nil {
+		t.Errorf("the killed sandbox's blob is still in the store")
+	}
+	if err := c.start(a, "http://"+a.addr+"/health"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the api sees A again
+	if r, err := c.call(ctx, c.apiKey, "GET", "/sandboxes/"+sb.ID, nil); err != nil || r.status != http.StatusNotFound {
+		t.Errorf("the killed sandbox after A's restart: %v %v", r, err)
+	}
+	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", sb.ID)); err == nil {
+		t.Errorf("A kept the files of the sandbox killed while it was lost")
+	}
+	t.Logf("pause, loss of A, kill through B and A's restart took %s", time.Since(killSteps).Round(time.Millisecond))
 
 	// The credentials are in no log and no answer.
 	for _, p := range append(c.nodes, c.api) {

@@ -1,7 +1,8 @@
 // Package seckit holds what Warren's adversarial suites share
-// (test/security and test/security/cluster): data dirs that share the
-// installed runsc and base template, free ports, the flags of `warren
-// serve`, and the checks that a stopped server left nothing behind on the
+// (test/security, test/security/cluster and test/security/blobstore):
+// data dirs that share the installed runsc and base template, free ports,
+// the flags of `warren serve`, a command run in a sandbox through a
+// proxy, and the checks that a stopped server left nothing behind on the
 // machine.
 package seckit
 
