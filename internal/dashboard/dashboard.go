@@ -31,6 +31,15 @@
 // as an attachment, so that nothing a sandbox sends can run as the
 // dashboard.
 //
+// Volumes. /dashboard/api/volumecontent/{volumeID}/... reaches the
+// volume content API with the volume's own token, which the server looks
+// up with the session's credential (another team's volume is 404); what
+// it answers is served as hostile, as envd's answers are.
+//
+// Admin. Made with Config.Admin (only on the admin's own listener),
+// the handler also serves /dashboard/admin/ (the nodes) to a session
+// signed in with the admin token (admin.go).
+//
 // CSRF. Besides SameSite=Strict, every request under /dashboard/api/,
 // /dashboard/envd/ and to /dashboard/session must carry the header
 // X-Warren-Dashboard (a cross-origin page cannot send it without a CORS
@@ -75,8 +84,20 @@ const Header = "X-Warren-Dashboard"
 // (rather than by the API), so that the page shows its sign-in again.
 const SessionHeader = "X-Warren-Session"
 
-// CookieName is the session cookie's name.
-const CookieName = "warren_session"
+// CookieName is the session cookie's name; AdminCookieName its name on
+// the admin's listener, whose sessions are its own (cookies ignore the
+// port: the two would otherwise replace each other in a browser).
+const (
+	CookieName      = "warren_session"
+	AdminCookieName = "warren_admin_session"
+)
+
+func (h *Handler) cookieName() string {
+	if h.cfg.Admin != nil {
+		return AdminCookieName
+	}
+	return CookieName
+}
 
 const (
 	// SessionTTL is how long a session lasts from sign-in.
@@ -110,6 +131,9 @@ type Config struct {
 	Store store.Store
 	// Now is the sessions' clock; nil: time.Now.
 	Now func() time.Time
+	// Admin, if set, opens the admin door (admin.go): only on the
+	// admin's own listener (--admin-addr).
+	Admin *AdminConfig
 }
 
 // Handler serves the dashboard, and the API for everything else.
@@ -131,7 +155,9 @@ type session struct {
 	header, secret string // the credential's header and value
 	team           string
 	mask           string
-	expires        time.Time
+	// admin: signed in with the admin token (admin.go).
+	admin   bool
+	expires time.Time
 	// tokens caches each sandbox's envd access token.
 	tokens map[string]envdToken
 }
@@ -167,6 +193,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveAPI(w, r, strings.TrimPrefix(p, Prefix+"api"))
 	case strings.HasPrefix(p, Prefix+"envd/"):
 		h.serveEnvd(w, r, strings.TrimPrefix(p, Prefix+"envd/"))
+	case strings.HasPrefix(p, Prefix+"admin/"):
+		h.serveAdmin(w, r, strings.TrimPrefix(p, Prefix+"admin"))
 	case p == Prefix+"session":
 		h.serveSession(w, r)
 	case strings.HasPrefix(p, Prefix):
@@ -310,7 +338,7 @@ func newID() string {
 // longer path so that it comes first, to sign the user into its own
 // session (cookie tossing).
 func (h *Handler) sessionOf(r *http.Request) (string, *session) {
-	cs := r.CookiesNamed(CookieName)
+	cs := r.CookiesNamed(h.cookieName())
 	if len(cs) != 1 || cs[0].Value == "" {
 		return "", nil
 	}
@@ -329,7 +357,7 @@ func (h *Handler) sessionOf(r *http.Request) (string, *session) {
 }
 
 func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: value, Path: Prefix, MaxAge: maxAge,
+	return &http.Cookie{Name: h.cookieName(), Value: value, Path: Prefix, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
 }
 
@@ -347,7 +375,7 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusUnauthorized, "not signed in")
 			return
 		}
-		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
 	case http.MethodDelete:
 		if id, _ := h.sessionOf(r); id != "" {
 			h.mu.Lock()
@@ -380,6 +408,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "missing credentials: paste an API key (e2b_…) or an access token (sk_e2b_…)")
 		return
 	}
+	if h.isAdminToken(secret) {
+		h.startSession(w, r, &session{team: adminTeam, admin: true, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL)})
+		return
+	}
 	// The API judges the credential: its failure budget and its
 	// messages are the sign-in's.
 	check := httptest.NewRecorder()
@@ -397,8 +429,13 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 		return
 	}
-	now := h.cfg.Now()
-	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: now.Add(SessionTTL), tokens: map[string]envdToken{}}
+	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL), tokens: map[string]envdToken{}}
+	h.startSession(w, r, s)
+}
+
+// startSession keeps s under a new ID and sets the browser's cookie.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, s *session) {
+	now, team := h.cfg.Now(), s.team
 	id := newID()
 	h.mu.Lock()
 	h.makeRoom(team, now)
@@ -412,7 +449,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, h.cookie(r, id, int(SessionTTL/time.Second)))
-	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC()})
+	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
 }
 
 // teamOf is the team a credential the API accepted belongs to.
@@ -512,8 +549,19 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) *session {
 	return s
 }
 
-func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+// authorizeTeam is authorize for a team's doors (the API, envd): the
+// admin token is no team's credential and never reaches them.
+func (h *Handler) authorizeTeam(w http.ResponseWriter, r *http.Request) *session {
 	s := h.authorize(w, r)
+	if s != nil && s.admin {
+		writeError(w, http.StatusForbidden, "signed in as the admin: sign in with a team's API key or access token for its sandboxes")
+		return nil
+	}
+	return s
+}
+
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+	s := h.authorizeTeam(w, r)
 	if s == nil {
 		return
 	}
@@ -522,8 +570,53 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) 
 	r2.URL.RawPath = ""
 	r2.RequestURI = ""
 	stripCredentials(r2.Header)
+	if rest, ok := strings.CutPrefix(path, volumeContentPrefix); ok {
+		// The volume content API takes the volume's own token, which the
+		// server finds with the session's credential (so another team's
+		// volume is the API's 404) and the page never sees.
+		id, _, _ := strings.Cut(rest, "/")
+		tok, ok := h.volumeToken(w, r, s, id)
+		if !ok {
+			return
+		}
+		r2.Header.Set("Authorization", "Bearer "+tok)
+		// A volume's files are written by its sandboxes' code: served as
+		// hostile, as envd's answers are.
+		h.cfg.API.ServeHTTP(&hostileWriter{ResponseWriter: w}, r2)
+		return
+	}
 	r2.Header.Set(s.header, s.secret)
 	h.cfg.API.ServeHTTP(w, r2)
+}
+
+// volumeContentPrefix is the API's volume content routes' prefix.
+const volumeContentPrefix = "/volumecontent/"
+
+// volumeToken finds a volume's content token through the API with the
+// session's credential: the API's answer is the caller's when it fails.
+func (h *Handler) volumeToken(w http.ResponseWriter, r *http.Request, s *session, id string) (string, bool) {
+	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/?#%") {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid volume ID %q", id))
+		return "", false
+	}
+	rec := httptest.NewRecorder()
+	req := h.apiRequest(r.Context(), r, http.MethodGet, "/volumes/"+url.PathEscape(id), nil)
+	req.Header.Set(s.header, s.secret)
+	h.cfg.API.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return "", false
+	}
+	var v struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || v.Token == "" {
+		writeError(w, http.StatusBadGateway, "the volume's record could not be read")
+		return "", false
+	}
+	return v.Token, true
 }
 
 // envdToken finds the sandbox's envd access token through the API with
@@ -581,7 +674,7 @@ func validSandboxID(id string) bool {
 }
 
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, rest string) {
-	s := h.authorize(w, r)
+	s := h.authorizeTeam(w, r)
 	if s == nil {
 		return
 	}

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 const goodKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -21,6 +24,15 @@ type fakeAPI struct{ last http.Header }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.last = r.Header.Clone()
+	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		// The content API takes only the volume's own token.
+		if r.Header.Get("Authorization") != "Bearer vol-token" || r.URL.Path != "/volumecontent/vol1/dir" {
+			writeError(w, http.StatusUnauthorized, "missing or invalid volume token")
+			return
+		}
+		writeJSONBody(w, http.StatusOK, []any{})
+		return
+	}
 	if r.Header.Get("X-API-Key") != goodKey {
 		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 		return
@@ -30,6 +42,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONBody(w, http.StatusOK, []any{})
 	case "/sandboxes/sb1":
 		writeJSONBody(w, http.StatusOK, map[string]any{"sandboxID": "sb1", "envdAccessToken": "envd-token"})
+	case "/volumes/vol1":
+		writeJSONBody(w, http.StatusOK, map[string]any{"volumeID": "vol1", "name": "v", "token": "vol-token"})
 	default:
 		writeError(w, http.StatusNotFound, "sandbox not found")
 	}
@@ -71,7 +85,7 @@ func signIn(t *testing.T, h http.Handler) string {
 		t.Fatalf("sign-in: %d %s", w.Code, w.Body)
 	}
 	c := w.Result().Cookies()
-	if len(c) != 1 || c[0].Name != CookieName {
+	if len(c) != 1 || (c[0].Name != CookieName && c[0].Name != AdminCookieName) {
 		t.Fatalf("sign-in set cookies %v", c)
 	}
 	if !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || c[0].Path != Prefix || c[0].Secure {
@@ -80,7 +94,7 @@ func signIn(t *testing.T, h http.Handler) string {
 	if strings.Contains(w.Body.String(), goodKey) {
 		t.Errorf("sign-in answer shows the key: %s", w.Body)
 	}
-	return CookieName + "=" + c[0].Value
+	return c[0].Name + "=" + c[0].Value
 }
 
 func TestSignInRefusesWrongKeyWithAPIMessage(t *testing.T) {
@@ -259,5 +273,120 @@ func TestTossedCookieRefused(t *testing.T) {
 		if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": c, Header: "1"}); w.Code != http.StatusUnauthorized {
 			t.Errorf("two session cookies %q: %d", c, w.Code)
 		}
+	}
+}
+
+func TestVolumeContentDoor(t *testing.T) {
+	h, api, _, _ := newTest(t)
+	cookie := signIn(t, h)
+	hdr := map[string]string{"Cookie": cookie, Header: "1", "Authorization": "Bearer forged"}
+	// The team's volume: its token put in by the server, the session's key
+	// and the browser's credential not passed on.
+	w := do(h, "GET", "/dashboard/api/volumecontent/vol1/dir?path=/", "", hdr)
+	if w.Code != http.StatusOK || api.last.Get("Authorization") != "Bearer vol-token" || api.last.Get("X-API-Key") != "" {
+		t.Fatalf("own volume: %d %s, API saw %v", w.Code, w.Body, api.last)
+	}
+	if w.Header().Get("Content-Disposition") != "attachment" || !strings.HasPrefix(w.Header().Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("a volume's content served without the hostile headers: %v", w.Header())
+	}
+	if strings.Contains(w.Body.String(), "vol-token") {
+		t.Errorf("the volume's token reached the page: %s", w.Body)
+	}
+	// Another team's (or no) volume: the API's 404 from the lookup.
+	if w := do(h, "GET", "/dashboard/api/volumecontent/vol2/dir?path=/", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("other volume: %d %s", w.Code, w.Body)
+	}
+	// Without a session: refused before any lookup.
+	if w := do(h, "GET", "/dashboard/api/volumecontent/vol1/dir", "", map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("no session: %d", w.Code)
+	}
+}
+
+const adminToken = "wadm_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+// fakeNodes is a store's nodes.
+type fakeNodes struct{ nodes []store.Node }
+
+func (f *fakeNodes) ListNodes(context.Context) ([]store.Node, error) { return f.nodes, nil }
+
+func (f *fakeNodes) SetNodeState(_ context.Context, name string, st store.NodeState) error {
+	for i := range f.nodes {
+		if f.nodes[i].Name == name {
+			f.nodes[i].State = st
+			return nil
+		}
+	}
+	return store.ErrNotFound
+}
+
+func TestAdminDoor(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	nodes := &fakeNodes{nodes: []store.Node{{Name: "local", State: store.NodeReady, CPUs: 8, MemoryMB: 16384, HeartbeatAt: now}}}
+	api := &fakeAPI{}
+	h := New(Config{API: api, Now: func() time.Time { return now }, Admin: &AdminConfig{Token: adminToken, Nodes: nodes}})
+	team := signIn(t, h)
+	// A team's session neither sees nor acts on nodes.
+	for _, c := range []struct{ method, path string }{{"GET", "/dashboard/admin/nodes"}, {"POST", "/dashboard/admin/nodes/local/cordon"}} {
+		if w := do(h, c.method, c.path, "", map[string]string{"Cookie": team, Header: "1"}); w.Code != http.StatusForbidden {
+			t.Errorf("team session: %s %s = %d, want 403", c.method, c.path, w.Code)
+		}
+	}
+	if nodes.nodes[0].State != store.NodeReady {
+		t.Fatalf("a team's session changed the node: %v", nodes.nodes[0].State)
+	}
+	// No session: 401.
+	if w := do(h, "GET", "/dashboard/admin/nodes", "", map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("no session: %d", w.Code)
+	}
+	// The admin token signs in without the API, and reaches only the admin door.
+	api.last = nil
+	w := do(h, "POST", "/dashboard/session", `{"key":"`+adminToken+`"}`, map[string]string{Header: "1"})
+	if w.Code != http.StatusOK || api.last != nil || !strings.Contains(w.Body.String(), `"admin":true`) {
+		t.Fatalf("admin sign-in: %d %s (API reached: %v)", w.Code, w.Body, api.last != nil)
+	}
+	c := w.Result().Cookies()[0]
+	if c.Name != AdminCookieName {
+		t.Errorf("the admin listener's cookie is %q, want %q", c.Name, AdminCookieName)
+	}
+	admin := c.Name + "=" + c.Value
+	hdr := map[string]string{"Cookie": admin, Header: "1"}
+	w = do(h, "GET", "/dashboard/admin/nodes", "", hdr)
+	var list []nodeJSON
+	if err := json.Unmarshal(w.Body.Bytes(), &list); w.Code != http.StatusOK || err != nil || len(list) != 1 || list[0].Name != "local" || list[0].State != "ready" || list[0].CPUs != 8 {
+		t.Fatalf("admin list: %d %s", w.Code, w.Body)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/cordon", "", hdr); w.Code != http.StatusOK || nodes.nodes[0].State != store.NodeCordoned {
+		t.Errorf("cordon: %d %s, state %v", w.Code, w.Body, nodes.nodes[0].State)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/nosuch/drain", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("unknown node: %d", w.Code)
+	}
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/explode", "", hdr); w.Code != http.StatusNotFound {
+		t.Errorf("unknown action: %d", w.Code)
+	}
+	// CSRF applies: without the header, refused.
+	if w := do(h, "POST", "/dashboard/admin/nodes/local/uncordon", "", map[string]string{"Cookie": admin}); w.Code != http.StatusForbidden {
+		t.Errorf("admin call without the CSRF header: %d", w.Code)
+	}
+	api.last = nil
+	for _, p := range []string{"/dashboard/api/sandboxes", "/dashboard/envd/sb1/files"} {
+		if w := do(h, "GET", p, "", hdr); w.Code != http.StatusForbidden {
+			t.Errorf("admin session on %s: %d, want 403", p, w.Code)
+		}
+	}
+	if api.last != nil {
+		t.Errorf("the admin token reached the API: %v", api.last)
+	}
+}
+
+func TestNoAdminDoorWithoutAdminConfig(t *testing.T) {
+	h, _, _, _ := newTest(t)
+	// The admin token is no credential here: the API refuses it.
+	if w := do(h, "POST", "/dashboard/session", `{"key":"`+adminToken+`"}`, map[string]string{Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("admin token on a public dashboard: %d", w.Code)
+	}
+	cookie := signIn(t, h)
+	if w := do(h, "GET", "/dashboard/admin/nodes", "", map[string]string{"Cookie": cookie, Header: "1"}); w.Code != http.StatusNotFound {
+		t.Errorf("admin door on a public dashboard: %d, want 404", w.Code)
 	}
 }

@@ -69,6 +69,9 @@ func checkRole(cfg *Config) (*clusterParts, error) {
 	if cfg.Role == RoleNode && cfg.NodeName == "local" {
 		return nil, errors.New("--role node needs its own --node-name, unique in the cluster")
 	}
+	if cfg.Role == RoleNode && cfg.AdminAddr != "" {
+		return nil, errors.New("--admin-addr is for --role all or api: a node serves no dashboard")
+	}
 	if cfg.Role == RoleAPI && cfg.NodeAddr != "" {
 		return nil, errors.New("--node-addr is for --role node")
 	}
@@ -176,12 +179,12 @@ func nodeAddr(st store.NodeStore) func(ctx context.Context, name string) (string
 
 // listeners are the public addresses of the api and all roles.
 type listeners struct {
-	api, proxy, metrics net.Listener
-	tls                 []net.Listener
+	api, proxy, metrics, admin net.Listener
+	tls                        []net.Listener
 }
 
 func (l *listeners) close() {
-	for _, ln := range append([]net.Listener{l.api, l.proxy, l.metrics}, l.tls...) {
+	for _, ln := range append([]net.Listener{l.api, l.proxy, l.metrics, l.admin}, l.tls...) {
 		if ln != nil {
 			ln.Close()
 		}
@@ -205,6 +208,10 @@ func listenPublic(cfg Config) (*listeners, error) {
 		return nil, err
 	}
 	if l.metrics, err = listenMetrics(cfg); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.admin, err = listenAdmin(cfg); err != nil {
 		l.close()
 		return nil, err
 	}

@@ -30,6 +30,8 @@ func TestCheckRole(t *testing.T) {
 		{Config{Role: RoleNode, StoreURL: pg, ClusterSecretFile: secretFile, NodeName: "n1"}, "needs --node-addr"},
 		{Config{Role: RoleNode, StoreURL: pg, ClusterSecretFile: secretFile, NodeName: "local", NodeAddr: "127.0.0.1:1"}, "its own --node-name"},
 		{Config{Role: RoleNode, StoreURL: pg, ClusterSecretFile: secretFile, NodeName: "n1", NodeAddr: "127.0.0.1:1"}, ""},
+		{Config{Role: RoleNode, StoreURL: pg, ClusterSecretFile: secretFile, NodeName: "n1", NodeAddr: "127.0.0.1:1", AdminAddr: "127.0.0.1:2"}, "--admin-addr is for --role all or api"},
+		{Config{Role: RoleAPI, StoreURL: pg, ClusterSecretFile: secretFile, AdminAddr: "127.0.0.1:2"}, ""},
 		{Config{Role: RoleNode, StoreURL: pg, ClusterSecretFile: "/nonexistent", NodeName: "n1", NodeAddr: "127.0.0.1:1"}, "--cluster-secret-file"},
 	}
 	for _, c := range cases {

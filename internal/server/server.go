@@ -108,6 +108,10 @@ type Config struct {
 	// MetricsAddr is where Prometheus metrics are served (/metrics), on
 	// a listener of their own; empty: not served.
 	MetricsAddr string
+	// AdminAddr is where the dashboard is served with its nodes page, to
+	// the admin token (DATA-DIR/admin-token), on a listener of its own;
+	// empty: not served.
+	AdminAddr string
 	// Role is RoleAll (default), RoleAPI or RoleNode (roles.go).
 	Role string
 	// NodeAddr is where a node serves the api processes.
@@ -481,9 +485,18 @@ func publicServers(cfg Config, st store.Store, ls *listeners, apiSrv *http.Serve
 	}
 	// The dashboard shares the API's address; its page reaches envd
 	// through the proxy's handler, in process.
-	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiSrv.Handler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st}))
+	apiHandler := apiSrv.Handler
+	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiHandler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st}))
+	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}}
+	if ls.admin != nil {
+		adminSrv, err := adminServer(cfg, st, apiSrv, apiHandler, proxyHandler)
+		if err != nil {
+			return nil, nil, err
+		}
+		srvs = append(srvs, served{adminSrv, ls.admin, false})
+	}
 	proxyHandler = trusted.Handler(proxyHandler)
-	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}, {proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false}}
+	srvs = append(srvs, served{proxy.NewHTTPServer(proxyHandler), trusted.Listen(ls.proxy), false})
 	if len(ls.tls) == 0 {
 		return srvs, nil, nil
 	}

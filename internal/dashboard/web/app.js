@@ -5,12 +5,23 @@ import { sandboxesPage } from './sandboxes.js'
 import { sandboxPage } from './sandbox.js'
 import { templatesPage, templatePage } from './templates.js'
 import { keysPage } from './keys.js'
-import { secretsPage, volumesPage } from './team.js'
+import { secretsPage, volumesPage, volumePage } from './team.js'
+import { webhooksPage, webhookPage } from './webhooks.js'
+import { usagePage } from './usage.js'
+import { nodesPage } from './nodes.js'
 
 const main = document.getElementById('main')
 const nav = document.getElementById('nav')
 let cleanup = null
 let signedIn = false
+// admin: signed in with the admin token (the admin's listener): only
+// the nodes page is theirs.
+let admin = false
+
+function setNav() {
+  nav.hidden = false
+  for (const a of nav.querySelectorAll('a')) a.hidden = admin !== (a.getAttribute('href') === '#/nodes')
+}
 
 
 function signInPage(message) {
@@ -20,16 +31,18 @@ function signInPage(message) {
   const form = h('form', { class: 'card', 'aria-labelledby': 'signin-title' },
     h('h1', { id: 'signin-title' }, 'Sign in to Warren'),
     h('label', { for: 'key' }, 'API key or access token', input),
-    h('p', { id: 'key-help', class: 'muted' }, 'e2b_… or sk_e2b_…, as the SDK uses. Kept by the server for this session; the page never stores it.'),
+    h('p', { id: 'key-help', class: 'muted' }, 'e2b_… or sk_e2b_…, as the SDK uses (on the admin listener, the admin token wadm_…). Kept by the server for this session; the page never stores it.'),
     h('button', { type: 'submit' }, 'Sign in'), msg)
   form.addEventListener('submit', async (e) => {
     e.preventDefault()
     msg.textContent = ''
     try {
-      await session.signIn(input.value)
+      admin = !!(await session.signIn(input.value)).admin
       signedIn = true
-      nav.hidden = false
-      if (!location.hash || location.hash === '#/signin') location.hash = '#/sandboxes'
+      setNav()
+      // The admin's only page is the nodes'; a team's are all the others.
+      const home = admin ? '#/nodes' : '#/sandboxes'
+      if (!location.hash || location.hash === '#/signin' || admin !== (location.hash === '#/nodes')) location.hash = home
       else route()
     } catch (err) {
       msg.textContent = err.message
@@ -47,14 +60,19 @@ const routes = [
   [/^#\/templates$/, () => templatesPage()],
   [/^#\/keys$/, () => keysPage()],
   [/^#\/secrets$/, () => secretsPage()],
+  [/^#\/volumes\/([^/]+)$/, (m) => volumePage(decodeURIComponent(m[1]))],
   [/^#\/volumes$/, () => volumesPage()],
+  [/^#\/webhooks\/([^/]+)$/, (m) => webhookPage(decodeURIComponent(m[1]))],
+  [/^#\/webhooks$/, () => webhooksPage()],
+  [/^#\/usage$/, () => usagePage()],
+  [/^#\/nodes$/, () => nodesPage()],
 ]
 
 async function route() {
   if (cleanup) { cleanup(); cleanup = null }
   showError(null)
   if (!signedIn) return signInPage()
-  const hash = location.hash || '#/sandboxes'
+  const hash = location.hash || (admin ? '#/nodes' : '#/sandboxes')
   for (const a of nav.querySelectorAll('a')) {
     if (hash.startsWith(a.getAttribute('href'))) a.setAttribute('aria-current', 'page')
     else a.removeAttribute('aria-current')
@@ -92,8 +110,8 @@ document.getElementById('signout').addEventListener('click', async () => {
 })
 
 try {
-  await session.get()
+  admin = !!(await session.get()).admin
   signedIn = true
-  nav.hidden = false
+  setNav()
 } catch { signedIn = false }
 route()

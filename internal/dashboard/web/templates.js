@@ -1,4 +1,4 @@
-// Templates (list, delete) and one template's builds with their logs,
+// Templates (list, delete) and one template's tags and builds with their logs,
 // which follow a running build.
 import { api } from './api.js'
 import { h, fmtTime, showError } from './dom.js'
@@ -29,7 +29,8 @@ export async function templatesPage() {
 }
 
 export async function templatePage(id) {
-  const t = await api.get(`/templates/${encodeURIComponent(id)}`)
+  const [t, tags] = await Promise.all([api.get(`/templates/${encodeURIComponent(id)}`), api.get(`/templates/${encodeURIComponent(id)}/tags`)])
+  const tagRows = (tags || []).map((g) => h('tr', { 'data-tag': g.tag }, h('td', {}, g.tag), h('td', { class: 'meta' }, g.buildID), h('td', { class: 'opt' }, fmtTime(g.createdAt))))
   const logs = h('pre', { class: 'logs', id: 'build-logs', tabindex: 0, 'aria-label': 'Build logs' }, 'Choose a build.')
   let timer = null
   let stopped = false
@@ -57,6 +58,10 @@ export async function templatePage(id) {
     el: h('section', { 'aria-labelledby': 'title' }, h('p', {}, h('a', { href: '#/templates' }, '← Templates')),
       h('h1', { id: 'title' }, `Template ${id}`),
       h('p', {}, `Names: ${(t.names || t.aliases || []).join(', ') || '—'} · ${t.public ? 'public' : 'team only'}`),
+      h('h2', {}, 'Tags'),
+      h('div', { class: 'table-wrap' }, h('table', { id: 'tags' },
+        h('thead', {}, h('tr', {}, ...['Tag', 'Build', 'Tagged'].map((c, i) => h('th', { scope: 'col', class: i === 2 ? 'opt' : undefined }, c)))),
+        h('tbody', {}, tagRows.length ? tagRows : h('tr', {}, h('td', { colspan: 3, class: 'muted' }, 'No tags.'))))),
       h('h2', {}, 'Builds'),
       h('div', { class: 'table-wrap' }, h('table', { id: 'builds' },
         h('thead', {}, h('tr', {}, ...['Build', 'Status', 'Started', 'Finished', ''].map((c, i) => h('th', { scope: 'col', class: i === 2 || i === 3 ? 'opt' : undefined }, c)))),

@@ -5,7 +5,7 @@
 // their paths printed.
 import { afterAll, beforeAll, describe, expect, inject, test } from 'vitest'
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
@@ -18,6 +18,9 @@ const chromium = process.env.CHROMIUM || '/usr/bin/chromium'
 const shots = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-dashboard-'))
 const run = `dash${Date.now()}`
 let browser, page, sbx, other, otherKey, build
+// A webhook receiver on loopback (the suite's server allows 127.0.0.0/8).
+let receiver, receiverUrl
+const received = []
 
 function teamKey(team) {
   const out = execFileSync(warrenBinary, ['keys', 'create', '--data-dir', w.dataDir, '--team', team, '--name', 'dashboard suite'],
@@ -51,6 +54,16 @@ const errorText = (p) => p.$eval('#error', (e) => (e.hidden ? '' : e.textContent
 beforeAll(async () => {
   if (!existsSync(chromium)) throw new Error(`${chromium} is missing: run scripts/install-deps.sh (it installs Debian's chromium)`)
   otherKey = teamKey(`${run}-b`)
+  receiver = http.createServer((req, res) => {
+    const chunks = []
+    req.on('data', (c) => chunks.push(c))
+    req.on('end', () => {
+      received.push({ headers: req.headers, event: JSON.parse(Buffer.concat(chunks).toString('utf8')) })
+      res.writeHead(200).end()
+    })
+  })
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r))
+  receiverUrl = `http://127.0.0.1:${receiver.address().port}/hook`
   const tpl = Template().fromTemplate('base').runCmd(`echo ${run}-build-line`)
   ;[browser, sbx, other, build] = await Promise.all([
     puppeteer.launch({ executablePath: chromium, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] }),
@@ -66,6 +79,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close()
+  receiver?.closeAllConnections()
+  receiver?.close()
   await sbx?.kill().catch(() => {})
   await other?.kill().catch(() => {})
   console.log(`dashboard screenshots: ${shots}`)
@@ -174,6 +189,94 @@ describe('dashboard', () => {
     expect((await Sandbox.getInfo(sbx.sandboxId)).state).toBe('running')
   })
 
+  test('webhooks: created in the browser (secret never shown back), an event reaches the receiver, its delivery listed; disable, delete', async () => {
+    const secret = `whsec-${run}`
+    await go('#/webhooks', 'Webhooks')
+    await page.type('#wh-name', `${run}-hook`)
+    await page.type('#wh-secret', secret)
+    // A cloud metadata address is refused: the API's message is shown.
+    await page.type('#wh-url', 'http://169.254.169.254/latest')
+    await page.click('#wh-form button[type=submit]')
+    await page.waitForFunction(() => !document.getElementById('error').hidden)
+    expect(await errorText(page)).toMatch(/169\.254\.169\.254|address|not allowed|refused/i)
+    await page.$eval('#wh-url', (e) => { e.value = '' })
+    await page.type('#wh-url', receiverUrl)
+    await page.click('#wh-form button[type=submit]')
+    const row = await page.waitForFunction((n) => [...document.querySelectorAll('#webhooks tbody tr')].find((r) => r.textContent.includes(n)), {}, `${run}-hook`)
+    const id = await row.evaluate((r) => r.dataset.id)
+    expect(await page.content()).not.toContain(secret)
+    // A lifecycle event of the team's sandbox (a new timeout: updated).
+    await sbx.setTimeout(600_000)
+    const deadline = Date.now() + 10_000
+    while (!received.some((r) => r.event.sandboxId === sbx.sandboxId) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    const got = received.find((r) => r.event.sandboxId === sbx.sandboxId)
+    expect(got?.event.type).toMatch(/^sandbox\.lifecycle\./)
+    await go(`#/webhooks/${id}`, `Webhook ${run}-hook`)
+    await page.waitForSelector(`#deliveries tr[data-event="${got.event.id}"][data-status="200"]`, { timeout: 10_000 })
+    await shot('webhook')
+    expect(await page.content()).not.toContain(secret)
+    // Disable, then delete, from the list.
+    await go('#/webhooks', 'Webhooks')
+    await page.click(`#webhooks tr[data-id="${id}"] button.toggle`)
+    await page.waitForSelector(`#webhooks tr[data-id="${id}"][data-enabled="false"]`)
+    const listed = await (await fetch(`${w.apiUrl}/events/webhooks/${id}`, { headers: { 'X-API-Key': w.apiKey } })).json()
+    expect(listed.enabled).toBe(false)
+    await shot('webhooks')
+    await page.setViewport({ width: 390, height: 844 })
+    await shot('webhooks-phone')
+    await page.setViewport({ width: 1280, height: 800 })
+    await page.click(`#webhooks tr[data-id="${id}"] button.delete`)
+    await page.waitForFunction((i) => !document.querySelector(`#webhooks tr[data-id="${i}"]`), {}, id)
+    expect((await fetch(`${w.apiUrl}/events/webhooks/${id}`, { headers: { 'X-API-Key': w.apiKey } })).status).toBe(404)
+  })
+
+  test('team usage: the concurrent and start-rate charts draw the team\'s events', async () => {
+    await go('#/usage', 'Team usage')
+    await page.waitForFunction(() => ['chart-concurrent', 'chart-starts'].every((id) => Number(document.getElementById(id).dataset.points) > 0 && document.querySelector(`#${id} canvas`)), { timeout: 10_000 })
+    // This file's creates are in the series: the running count now ends the concurrent one.
+    const running = (await (await fetch(`${w.apiUrl}/v2/sandboxes?state=running&limit=100`, { headers: { 'X-API-Key': w.apiKey } })).json()).length
+    expect(await page.$eval('#usage-summary', (e) => e.textContent)).toContain(`${running} running now`)
+    // The series' arithmetic, on events it is given (newest first).
+    // (A string: vitest would rewrite an import() in a function.)
+    const s = await page.evaluate(`(async () => {
+      const { series } = await import('/dashboard/usage.js')
+      const ev = (type, t) => ({ type, timestamp: new Date(t * 1000).toISOString() })
+      const out = series([ev('sandbox.lifecycle.killed', 1300), ev('sandbox.lifecycle.created', 1200), ev('sandbox.lifecycle.created', 1100)], 1, 1400)
+      return { ys: out.running[1], rate: out.rate }
+    })()`)
+    expect(s.ys).toEqual([0, 1, 1, 2, 2, 1, 1])
+    expect(s.rate).toEqual([[1020, 1080, 1140, 1200, 1260], [0, 1, 0, 1, 0]])
+    await shot('usage')
+  })
+
+  test('volumes: browse a volume\'s files; another team\'s session is refused', async () => {
+    const key = { 'X-API-Key': w.apiKey, 'Content-Type': 'application/json' }
+    const vol = await (await fetch(`${w.apiUrl}/volumes`, { method: 'POST', headers: key, body: JSON.stringify({ name: `${run}-vol` }) })).json()
+    try {
+      const put = await fetch(`${w.apiUrl}/volumecontent/${vol.volumeID}/file?path=/docs/hello.txt&force=true`,
+        { method: 'PUT', headers: { Authorization: `Bearer ${vol.token}` }, body: `in the volume ${run}` })
+      expect(put.status).toBe(201)
+      await go('#/volumes', 'Volumes')
+      await page.click(`#volumes tr[data-id="${vol.volumeID}"] a`)
+      await page.waitForSelector('#vol-list li[data-path="/docs"] button')
+      await page.click('#vol-list li[data-path="/docs"] button')
+      await page.waitForSelector('#vol-list li[data-path="/docs/hello.txt"] button.link')
+      await page.click('#vol-list li[data-path="/docs/hello.txt"] button.link')
+      await page.waitForFunction((t) => document.getElementById('vol-preview').textContent.includes(t), {}, `in the volume ${run}`)
+      expect(await page.content()).not.toContain(vol.token)
+      await shot('volume')
+      const ctx = await browser.createBrowserContext()
+      const p = await ctx.newPage()
+      await signIn(p, otherKey)
+      await p.waitForSelector('#sandboxes')
+      const status = await p.evaluate(async (id) => (await fetch(`/dashboard/api/volumecontent/${id}/dir?path=/`, { headers: { 'X-Warren-Dashboard': '1' } })).status, vol.volumeID)
+      expect(status).toBe(404)
+      await ctx.close()
+    } finally {
+      await fetch(`${w.apiUrl}/volumes/${vol.volumeID}`, { method: 'DELETE', headers: key })
+    }
+  })
+
   test('a build\'s logs show on its template page', async () => {
     await go('#/templates', 'Templates')
     await page.waitForSelector(`tr[data-id="${build.templateId}"]`)
@@ -207,7 +310,69 @@ describe('dashboard', () => {
     const key = await p.$eval('#new-key', (e) => e.textContent)
     expect((await fetch(`${w.apiUrl}/v2/sandboxes`, { headers: { 'X-API-Key': key } })).status).toBe(200)
     await shot('keys', p)
+    // Revoke it from its row: the API refuses it from then on.
+    const row = await p.waitForFunction((n) => [...document.querySelectorAll('#keys tbody tr')].find((r) => r.textContent.includes(n)), {}, `${run}-key`)
+    const id = await row.evaluate((r) => r.dataset.id)
+    p.on('dialog', (d) => d.accept())
+    await p.click(`#keys tr[data-id="${id}"] button.danger`)
+    await p.waitForFunction((i) => !document.querySelector(`#keys tr[data-id="${i}"]`), {}, id)
+    expect((await fetch(`${w.apiUrl}/v2/sandboxes`, { headers: { 'X-API-Key': key } })).status).toBe(401)
     await ctx.close()
+  })
+
+  test('a template\'s tags are shown once its build is done', async () => {
+    const deadline = Date.now() + 45_000
+    let status
+    do {
+      status = (await (await fetch(`${w.apiUrl}/templates/${build.templateId}/builds/${build.buildId}/status`, { headers: { 'X-API-Key': w.apiKey } })).json()).status
+      if (status === 'ready' || status === 'error') break
+      await new Promise((r) => setTimeout(r, 250))
+    } while (Date.now() < deadline)
+    expect(status).toBe('ready')
+    await go(`#/templates/${build.templateId}`, `Template ${build.templateId}`)
+    expect(await page.$eval('#tags tr[data-tag="default"]', (r) => r.textContent)).toContain(build.buildId)
+  })
+
+  test('nodes: only on the admin listener, only for the admin token; cordon and uncordon from the page', async () => {
+    const adminToken = readFileSync(path.join(w.dataDir, 'admin-token'), 'utf8').trim()
+    const h = { 'X-Warren-Dashboard': '1', 'Content-Type': 'application/json' }
+    // The API's address has no admin surface: the admin token is no credential there.
+    const pub = await fetch(`${w.apiUrl}/dashboard/session`, { method: 'POST', headers: h, body: JSON.stringify({ key: adminToken }) })
+    expect(pub.status).toBe(401)
+    expect(await page.evaluate(async () => (await fetch('/dashboard/admin/nodes', { headers: { 'X-Warren-Dashboard': '1' } })).status)).toBe(404)
+    const ctx = await browser.createBrowserContext()
+    const p = await ctx.newPage()
+    p.on('dialog', (d) => d.accept())
+    try {
+      // A team's key signs in on the admin listener, and is refused the nodes.
+      await p.goto(`${w.adminUrl}/dashboard/`)
+      await p.waitForSelector('#key')
+      await p.type('#key', w.apiKey)
+      await p.click('form.card button[type=submit]')
+      await p.waitForSelector('#sandboxes')
+      const refused = await p.evaluate(async () => { const r = await fetch('/dashboard/admin/nodes', { headers: { 'X-Warren-Dashboard': '1' } }); return [r.status, (await r.json()).message] })
+      expect(refused[0]).toBe(403)
+      expect(refused[1]).toMatch(/admin/)
+      await p.click('#signout')
+      await p.waitForSelector('#key')
+      // The admin sees the node, and cordons and uncordons it.
+      await p.type('#key', adminToken)
+      await p.click('form.card button[type=submit]')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="ready"]', { timeout: 10_000 })
+      expect(await p.$eval('#nodes tr[data-name="local"]', (r) => r.textContent)).toMatch(/\d+ \/ \d+ MiB/)
+      await shot('nodes', p)
+      await p.click('#nodes tr[data-name="local"] button.cordon')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="cordoned"]')
+      expect(execFileSync(warrenBinary, ['nodes', '--data-dir', w.dataDir], { encoding: 'utf8' })).toMatch(/\nlocal\s+cordoned/)
+      await p.click('#nodes tr[data-name="local"] button.uncordon')
+      await p.waitForSelector('#nodes tr[data-name="local"][data-state="ready"]')
+      // The admin session reaches no team's API.
+      expect(await p.evaluate(async () => (await fetch('/dashboard/api/v2/sandboxes', { headers: { 'X-Warren-Dashboard': '1' } })).status)).toBe(403)
+    } finally {
+      // Never leave the suite's node cordoned.
+      execFileSync(warrenBinary, ['nodes', 'uncordon', 'local', '--data-dir', w.dataDir])
+      await ctx.close()
+    }
   })
 
   test('team B\'s session never sees team A\'s sandbox, nor reaches its envd', async () => {
