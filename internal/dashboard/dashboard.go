@@ -599,14 +599,8 @@ func (h *Handler) volumeToken(w http.ResponseWriter, r *http.Request, s *session
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid volume ID %q", id))
 		return "", false
 	}
-	rec := httptest.NewRecorder()
-	req := h.apiRequest(r.Context(), r, http.MethodGet, "/volumes/"+url.PathEscape(id), nil)
-	req.Header.Set(s.header, s.secret)
-	h.cfg.API.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
-		w.WriteHeader(rec.Code)
-		_, _ = w.Write(rec.Body.Bytes())
+	rec, ok := h.apiGet(w, r, s, "/volumes/"+url.PathEscape(id))
+	if !ok {
 		return "", false
 	}
 	var v struct {
@@ -617,6 +611,23 @@ func (h *Handler) volumeToken(w http.ResponseWriter, r *http.Request, s *session
 		return "", false
 	}
 	return v.Token, true
+}
+
+// apiGet asks the API for path with the session's credential; when the
+// API does not answer 200, its answer is written as the caller's and ok
+// is false.
+func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request, s *session, path string) (rec *httptest.ResponseRecorder, ok bool) {
+	rec = httptest.NewRecorder()
+	req := h.apiRequest(r.Context(), r, http.MethodGet, path, nil)
+	req.Header.Set(s.header, s.secret)
+	h.cfg.API.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return nil, false
+	}
+	return rec, true
 }
 
 // envdToken finds the sandbox's envd access token through the API with
@@ -630,14 +641,8 @@ func (h *Handler) envdToken(w http.ResponseWriter, r *http.Request, s *session, 
 	if ok && now.Sub(t.fetched) < envdTokenTTL {
 		return t.token, true
 	}
-	rec := httptest.NewRecorder()
-	req := h.apiRequest(r.Context(), r, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
-	req.Header.Set(s.header, s.secret)
-	h.cfg.API.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		copyHeader(w.Header(), rec.Header(), "Retry-After", "Content-Type")
-		w.WriteHeader(rec.Code)
-		_, _ = w.Write(rec.Body.Bytes())
+	rec, ok := h.apiGet(w, r, s, "/sandboxes/"+url.PathEscape(id))
+	if !ok {
 		return "", false
 	}
 	var sb struct {
