@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -49,6 +50,7 @@ type Server struct {
 	AccessKey, SecretKey string
 	Dir                  string
 	cmd                  *exec.Cmd
+	exited               chan struct{} // closed once cmd has been waited for
 }
 
 // Config is a path-style blobstore.S3Config for the server's bucket
@@ -127,7 +129,24 @@ func StartDir(dir string) (*Server, error) {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "HOME="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the thread that forked the child ends, not the
+	// test process, and Go ends a thread whose goroutine exits locked to
+	// it (as helpers that enter a network namespace do): the server is
+	// started and waited for by a goroutine locked to its thread for as
+	// long as it lives (as test/security's seckit.StartProc does).
+	started := make(chan error, 1)
+	s.exited = make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := <-started; err != nil {
 		return nil, err
 	}
 	s.cmd = cmd
@@ -165,7 +184,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
