@@ -17,12 +17,13 @@ import (
 // this one's taken while dir's file systems were mounted, as a runtime
 // process of any server on the host (runsc's sandbox and gofer unshare
 // their mount namespace before they pivot into their own root) holds
-// for a moment. Unmounts here do not reach that copy (the host's mounts
-// are private), so dir's file systems live on in it until the process
-// goes. It returns a function that ends the process.
+// for a moment. Its copies are made private (as runsc's are), so that
+// unmounts here never reach them even if another test made the host's
+// mounts shared meanwhile; dir's file systems live on in it until the
+// process goes. It returns a function that ends the process.
 func holdMounts(t *testing.T, dir string) (release func()) {
 	t.Helper()
-	cmd := exec.Command("unshare", "--mount", "--propagation", "unchanged", "sleep", "60")
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
