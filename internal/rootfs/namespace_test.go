@@ -34,8 +34,16 @@ func holdMounts(t *testing.T, dir string) (release func()) {
 		<-done
 	}
 	t.Cleanup(release)
+	// unshare copies the mounts, then makes its copies private, then
+	// execs sleep: until the exec the copies may still be peers of the
+	// host's (systemd mounts / shared), and an unmount here would reach
+	// them. So the holder counts once it runs sleep.
+	proc := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
 	held := func() bool {
-		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "mountinfo"))
+		if comm, _ := os.ReadFile(filepath.Join(proc, "comm")); string(comm) != "sleep\n" {
+			return false
+		}
+		b, _ := os.ReadFile(filepath.Join(proc, "mountinfo"))
 		return strings.Contains(string(b), dir+"/disk ")
 	}
 	if !poll.Within(5*time.Second, 5*time.Millisecond, held) {
