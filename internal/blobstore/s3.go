@@ -41,7 +41,9 @@ type S3Config struct {
 	// CredentialsFile is an AWS shared credentials file.
 	CredentialsFile string
 	// PartSize is the size of a multipart upload's parts (default 16 MiB)
-	// and Concurrency how many are sent at once (default 4).
+	// and Concurrency how many are sent at once (default 4). An upload
+	// cut short is resumed by the next Put of the same blob
+	// (s3upload.go).
 	PartSize    uint64
 	Concurrency uint
 	// Transport, when set, carries the requests (tests).
@@ -162,8 +164,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		if err := verifyReaderAt(f, d, size); err != nil {
 			return err
 		}
-		_, err := s.c.PutObject(ctx, s.bucket, k, io.NewSectionReader(f, 0, size), size, opts)
-		if err != nil {
+		if err := s.putFile(ctx, k, f, size); err != nil {
 			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
 		}
 		return nil
