@@ -150,6 +150,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		return err
 	}
 	if info, err := s.Stat(ctx, team, d); err == nil && info.Size == size {
+		progressOf(ctx)(Progress{Bytes: size}) // nothing sent
 		return nil // content-addressed: already there
 	}
 	opts := minio.PutObjectOptions{
@@ -178,6 +179,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		_ = s.c.RemoveObject(context.WithoutCancel(ctx), s.bucket, k, minio.RemoveObjectOptions{})
 		return err
 	}
+	progressOf(ctx)(Progress{Parts: 1, Total: 1, Bytes: size, Sent: size})
 	return nil
 }
 

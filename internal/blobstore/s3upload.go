@@ -40,8 +40,13 @@ type Progress struct {
 type progressKey struct{}
 
 // WithProgress returns a context whose S3 uploads call f after each part
-// (from the uploading goroutines, one call at a time).
+// (from the uploading goroutines, one call at a time), after any function
+// ctx already had.
 func WithProgress(ctx context.Context, f func(Progress)) context.Context {
+	if prev, ok := ctx.Value(progressKey{}).(func(Progress)); ok {
+		inner := f
+		f = func(p Progress) { prev(p); inner(p) }
+	}
 	return context.WithValue(ctx, progressKey{}, f)
 }
 
