@@ -151,7 +151,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 	}
 	if info, err := s.Stat(ctx, team, d); err == nil && info.Size == size {
 		progressOf(ctx)(Progress{Bytes: size}) // nothing sent
-		return nil // content-addressed: already there
+		return nil                             // content-addressed: already there
 	}
 	opts := minio.PutObjectOptions{
 		ContentType: "application/octet-stream",
