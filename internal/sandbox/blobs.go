@@ -517,8 +517,8 @@ func (m *Manager) blobCache(hit bool) {
 // one's (a pack holds no times), so an upload cut short is resumed, not
 // sent again (blobstore's resumable uploads). Until it is stored the
 // sandbox is paused here, resumable here, as the pause's error said.
+// It runs at the start, then with the collector (every blobGCInterval).
 func (m *Manager) storeUnstored() {
-	defer m.wg.Done()
 	m.mu.Lock()
 	var paused []*live
 	for _, l := range m.live {

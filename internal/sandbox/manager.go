@@ -437,8 +437,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.every(m.cfg.ReconcileInterval, m.reconcile)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.Blobs != nil {
-		m.wg.Add(3)
-		go m.storeUnstored()
+		m.wg.Add(4)
+		go func() {
+			defer m.wg.Done()
+			m.storeUnstored()
+		}()
+		go m.every(blobGCInterval, m.storeUnstored)
 		go m.every(blobGCInterval, m.collectBlobs)
 		go m.every(lostReapInterval, m.reapLostPaused)
 	}
