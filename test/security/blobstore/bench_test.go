@@ -261,6 +261,14 @@ func (c *cluster) buildTemplate(ctx context.Context, t testing.TB, name string, 
 		}
 		switch st.Status {
 		case "ready":
+			// Each node fetches its layers at a create (a resume on a
+			// node without them does not: not the subject here).
+			for _, n := range c.nodes {
+				sb := c.createFromOn(ctx, t, n.name, tpl.TemplateID)
+				if r, err := c.call(ctx, c.apiKey, "DELETE", "/sandboxes/"+sb.ID, nil); err != nil || r.status != http.StatusNoContent {
+					t.Fatalf("killing %s: %v %v", sb.ID, r, err)
+				}
+			}
 			return tpl.TemplateID
 		case "error":
 			t.Fatalf("the build of %s failed: %s", name, r.body)
