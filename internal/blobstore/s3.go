@@ -159,6 +159,12 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		NumThreads:  s.conc,
 	}
 	k := s.key(team, d)
+	if f, ok := r.(HashedFile); ok {
+		if err := s.putFile(ctx, k, f.File, size); err != nil {
+			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
+		}
+		return nil
+	}
 	if f, ok := r.(*os.File); ok {
 		// Parts are read at their offsets, concurrently: verify the file
 		// as a whole first, so that what is sent is what is named.

@@ -84,3 +84,44 @@ func TestS3UploadResumes(t *testing.T) {
 		t.Fatalf("the completed upload is still listed as unfinished (%d parts)", n)
 	}
 }
+
+// A HashedFile is uploaded as its caller named it, without a second
+// reading; were the name a lie, the blob is refused when fetched.
+func TestS3PutHashedFile(t *testing.T) {
+	cfg := sharedS3(t).Config("hashed")
+	cfg.PartSize = 5 << 20
+	s, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := make([]byte, 12<<20)
+	rand.Read(data)
+	p := filepath.Join(t.TempDir(), "pack")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := blobstore.DigestOf(data)
+	if err := s.Put(ctx, "team-h", d, int64(len(data)), blobstore.HashedFile{File: f}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "back")
+	if err := s.Get(ctx, "team-h", d, dst); err != nil {
+		t.Fatal(err)
+	}
+	if back, _ := os.ReadFile(dst); !bytes.Equal(back, data) {
+		t.Fatal("the blob differs from the file")
+	}
+	lie := blobstore.DigestOf(data[1:])
+	if err := s.Put(ctx, "team-h", lie, int64(len(data)), blobstore.HashedFile{File: f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Get(ctx, "team-h", lie, filepath.Join(t.TempDir(), "lie")); !errors.Is(err, blobstore.ErrCorrupt) {
+		t.Fatalf("a blob stored under another's digest was fetched: %v", err)
+	}
+}

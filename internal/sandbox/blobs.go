@@ -92,15 +92,16 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 	}
 	packed := time.Now()
 	m.faultPoint("pause-before-upload", id)
-	progress := func(p blobstore.Progress) {
-		if p.Reused > 0 && p.Parts == p.Reused+1 {
-			m.log.Info("resuming an upload a crash cut short: its stored parts are not sent again", "sandbox", id, "reused_parts", p.Reused, "parts", p.Total)
-		}
-	}
-	if err := m.cfg.Blobs.Put(blobstore.WithProgress(m.uploadFaults(ctx, id), progress), teamID, d, size, f); err != nil {
+	var last blobstore.Progress
+	progress := func(p blobstore.Progress) { last = p }
+	if err := m.cfg.Blobs.Put(blobstore.WithProgress(m.uploadFaults(ctx, id), progress), teamID, d, size, blobstore.HashedFile{File: f}); err != nil {
 		return err
 	}
 	uploaded := time.Now()
+	if last.Reused > 0 {
+		m.log.Info("resumed an upload a crash cut short: the parts it had stored were not sent again", "sandbox", id,
+			"reused_parts", last.Reused, "parts", last.Total, "sent_bytes", last.Sent)
+	}
 	m.faultPoint("pause-after-upload", id)
 	_, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if s.State != store.StatePaused {

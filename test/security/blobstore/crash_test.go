@@ -57,10 +57,11 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 
 	sb := c.createOn(ctx, t, a.name)
-	// A file; a counter that lives in memory only; 24 MiB more memory, so
-	// that the pack is several parts of the upload (16 MiB each).
+	// A file; a counter that lives in memory only; 60 MiB more memory, so
+	// that the pack is five parts of the upload (16 MiB each, four sent
+	// at a time): a crash after the first leaves at least one unsent.
 	r, err := c.exec(ctx, sb, `echo kept-through-crashes > /home/user/note.txt
-head -c 24M /dev/urandom > /dev/shm/ballast
+head -c 60M /dev/urandom > /dev/shm/ballast
 cat > /tmp/counter.sh <<'EOF2'
 n=0
 trap 'echo "$n" > /tmp/count' USR1
@@ -153,8 +154,14 @@ sleep 0.5; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	// record names the blob.
 	c.crashingStart(t, a, "pause-after-upload")
 	paused("A dead after the upload", a.name, false)
-	if !logHas(a.logPath, "resuming an upload a crash cut short", sb.ID) {
+	if line := logLine(a.logPath, "resumed an upload a crash cut short", sb.ID); line == "" {
 		t.Errorf("A's restart sent the whole pack again: its log says no upload was resumed")
+	} else {
+		reused, total := atoi(logField(line, "reused_parts")), atoi(logField(line, "parts"))
+		if reused < 1 || reused >= total {
+			t.Errorf("the resumed upload reused %d of %d parts: not a crash mid-upload", reused, total)
+		}
+		t.Logf("the restart resumed the upload: %d of %d parts were stored already", reused, total)
 	}
 	if u, o := unfinished(), objects(); len(u) != 0 || len(o) != 1 || o[0] != key {
 		t.Fatalf("after the resumed upload: uploads %v, objects %v (want only %s)", u, o, key)
@@ -295,15 +302,23 @@ func (c *cluster) crashingStart(t *testing.T, p *proc, step string) {
 	c.crashed(t, p)
 }
 
-// logHas reports a line of the log holding msg and sandbox id.
-func logHas(path, msg, id string) bool {
+// logLine is the last line of the log holding msg and sandbox id.
+func logLine(path, msg, id string) string {
 	b, _ := os.ReadFile(path)
+	line := ""
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, msg) && strings.Contains(l, "sandbox="+id) {
-			return true
+			line = l
 		}
 	}
-	return false
+	return line
+}
+
+// logField is the value of name=value in a text log line.
+func logField(line, name string) string {
+	_, v, _ := strings.Cut(line, " "+name+"=")
+	v, _, _ = strings.Cut(v, " ")
+	return v
 }
 
 // runningCopies counts, by node, the gVisor sandbox processes of sandbox
