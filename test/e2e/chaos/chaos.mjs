@@ -154,6 +154,13 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
           const word = `built-${seq}-${now()}`
           await Template.build(Template().fromTemplate('base').runCmd(`echo ${word} > /home/user/built.txt`), name, { ...optsOf(i), cpuCount: 1, memoryMB: 512 })
           built.set(name, word)
+          // The oldest go (a delete under faults is load too); the end
+          // starts the last few.
+          for (const old of [...built.keys()].slice(0, -4)) {
+            const r = await api(i, 'DELETE', `/templates/${old}`)
+            if (r.status >= 300) throw new Error(`deleting template ${old}: ${r.status} ${r.body.slice(0, 80)}`)
+            built.delete(old)
+          }
         } finally {
           building = false
         }
