@@ -55,3 +55,13 @@ func UnfinishedPartsForTest(ctx context.Context, s *S3, team string, d Digest) (
 	}
 	return len(parts), err
 }
+
+// PartETagsForTest lists the ETags of blob d's unfinished upload's parts.
+func PartETagsForTest(ctx context.Context, s *S3, team string, d Digest) []string {
+	_, parts, _ := s.unfinished(ctx, minio.Core{Client: s.c}, s.key(team, d))
+	var out []string
+	for _, p := range parts {
+		out = append(out, fmt.Sprintf("%d:%d:%s", p.PartNumber, p.Size, p.ETag))
+	}
+	return out
+}

@@ -160,7 +160,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 	}
 	k := s.key(team, d)
 	if f, ok := r.(HashedFile); ok {
-		if err := s.putFile(ctx, k, f.File, size); err != nil {
+		if err := s.putFile(ctx, k, d, f.File, size); err != nil {
 			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
 		}
 		return nil
@@ -171,7 +171,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		if err := verifyReaderAt(f, d, size); err != nil {
 			return err
 		}
-		if err := s.putFile(ctx, k, f, size); err != nil {
+		if err := s.putFile(ctx, k, d, f, size); err != nil {
 			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
 		}
 		return nil

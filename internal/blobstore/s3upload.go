@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,9 +23,14 @@ import (
 // Put finds the unfinished upload, keeps each part already stored whose
 // size is the part's and whose ETag is the MD5 of the local bytes at its
 // offset (what S3-compatible services answer for a plain part), and sends
-// only the others. A part that does not match (another part size, an
-// ETag that is no MD5) is sent again. Nothing is trusted blindly: the
-// blob is verified by its SHA-256 when it is fetched, as every blob is.
+// only the others. A part of another size is sent again, and so is one
+// whose ETag is an MD5 that differs. Some services answer another ETag
+// for a part they stored in several chunks (SeaweedFS: a part of 16 MiB):
+// such a part, of the right number and size, is kept unchecked, and once
+// the upload is complete the blob is read back and hashed; if it is not
+// blob d it is removed and the Put fails (ErrCorrupt), and the next Put
+// starts anew. So a resumed upload never leaves a blob that is not its
+// name (which every Get checks anyway).
 // Unfinished uploads nobody resumes are aborted by AbortStale after the
 // collector's grace period.
 
@@ -58,9 +64,9 @@ func progressOf(ctx context.Context) func(Progress) {
 	return f
 }
 
-// putFile uploads size bytes of f (already verified to be blob d) to key
-// k, resuming an unfinished upload of k if there is one.
-func (s *S3) putFile(ctx context.Context, k string, f io.ReaderAt, size int64) error {
+// putFile uploads size bytes of f (blob d) to key k, resuming an
+// unfinished upload of k if there is one.
+func (s *S3) putFile(ctx context.Context, k string, d Digest, f io.ReaderAt, size int64) error {
 	report := progressOf(ctx)
 	if size <= int64(s.part) {
 		_, err := s.c.PutObject(ctx, s.bucket, k, io.NewSectionReader(f, 0, size), size,
@@ -82,6 +88,7 @@ func (s *S3) putFile(ctx context.Context, k string, f io.ReaderAt, size int64) e
 	}
 	// The parts already stored that are this file's.
 	done := map[int]minio.CompletePart{}
+	unchecked := 0
 	for _, p := range stored {
 		if p.PartNumber < 1 || p.PartNumber > total {
 			continue
@@ -90,13 +97,19 @@ func (s *S3) putFile(ctx context.Context, k string, f io.ReaderAt, size int64) e
 		if p.Size != length {
 			continue
 		}
-		sum := md5.New()
-		if _, err := io.Copy(sum, io.NewSectionReader(f, off, length)); err != nil {
-			return err
+		etag := strings.Trim(p.ETag, `"`)
+		if plainMD5.MatchString(etag) {
+			sum := md5.New()
+			if _, err := io.Copy(sum, io.NewSectionReader(f, off, length)); err != nil {
+				return err
+			}
+			if etag != hex.EncodeToString(sum.Sum(nil)) {
+				continue
+			}
+		} else {
+			unchecked++
 		}
-		if strings.Trim(p.ETag, `"`) == hex.EncodeToString(sum.Sum(nil)) {
-			done[p.PartNumber] = minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
-		}
+		done[p.PartNumber] = minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
 	}
 	if uploadID == "" {
 		if uploadID, err = core.NewMultipartUpload(ctx, s.bucket, k, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
@@ -156,8 +169,35 @@ func (s *S3) putFile(ctx context.Context, k string, f io.ReaderAt, size int64) e
 		parts = append(parts, p)
 	}
 	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
-	_, err = core.CompleteMultipartUpload(ctx, s.bucket, k, uploadID, parts, minio.PutObjectOptions{ContentType: "application/octet-stream"})
-	return err
+	if _, err := core.CompleteMultipartUpload(ctx, s.bucket, k, uploadID, parts, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return err
+	}
+	if unchecked > 0 {
+		return s.checkStored(ctx, k, d, size)
+	}
+	return nil
+}
+
+// plainMD5 is an ETag that is the MD5 of a part's bytes.
+var plainMD5 = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// checkStored reads the object at k back and removes it unless it is
+// blob d.
+func (s *S3) checkStored(ctx context.Context, k string, d Digest, size int64) error {
+	obj, err := s.c.GetObject(ctx, s.bucket, k, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	vw := newVerifyingWriter(io.Discard)
+	if _, err := io.Copy(vw, obj); err != nil {
+		return fmt.Errorf("reading back a resumed upload: %w", err)
+	}
+	if err := vw.check(d, size); err != nil {
+		_ = s.c.RemoveObject(context.WithoutCancel(ctx), s.bucket, k, minio.RemoveObjectOptions{})
+		return fmt.Errorf("a resumed upload: %w", err)
+	}
+	return nil
 }
 
 // unfinished finds an unfinished multipart upload of key k and the parts

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,76 +14,118 @@ import (
 )
 
 // An upload cut short after some parts is resumed by the next Put of the
-// same blob: the parts stored are not sent again, a stored part whose
-// bytes are not the file's is, and the blob comes back whole.
+// same blob: the parts stored are not sent again, and the blob comes back
+// whole. A stored part whose bytes are not the file's never makes a blob:
+// it is sent again (its ETag is an MD5 that differs) or, when the service
+// answers an ETag that is not the part's MD5 (SeaweedFS, for parts it
+// stores in several chunks), the completed blob is read back, refused and
+// removed, and the next Put stores it whole. Both part sizes run: 5 MiB
+// (plain MD5 ETags) and 16 MiB (the default).
 func TestS3UploadResumes(t *testing.T) {
-	cfg := sharedS3(t).Config("resume")
-	cfg.PartSize, cfg.Concurrency = 5<<20, 1
+	for _, part := range []int{5 << 20, 16 << 20} {
+		t.Run(fmt.Sprintf("%dMiB", part>>20), func(t *testing.T) { testUploadResumes(t, part) })
+	}
+}
+
+func testUploadResumes(t *testing.T, part int) {
+	cfg := sharedS3(t).Config(fmt.Sprintf("resume-%d", part))
+	cfg.PartSize, cfg.Concurrency = uint64(part), 1
 	s, err := blobstore.NewS3(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const team, part = "team-r", 5 << 20
-	data := make([]byte, 6*part+12345) // 7 parts
-	rand.Read(data)
-	p := filepath.Join(t.TempDir(), "pack")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
+	const team = "team-r"
+	ctx := context.Background()
+	newFile := func() ([]byte, string, blobstore.Digest) {
+		data := make([]byte, 6*part+12345) // 7 parts
+		rand.Read(data)
+		p := filepath.Join(t.TempDir(), "pack")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return data, p, blobstore.DigestOf(data)
 	}
-	d := blobstore.DigestOf(data)
-	put := func(ctx context.Context) ([]blobstore.Progress, error) {
-		var seen []blobstore.Progress
-		ctx = blobstore.WithProgress(ctx, func(pr blobstore.Progress) { seen = append(seen, pr) })
+	put := func(ctx context.Context, p string, d blobstore.Digest, size int) (blobstore.Progress, error) {
+		var last blobstore.Progress
+		ctx = blobstore.WithProgress(ctx, func(pr blobstore.Progress) { last = pr })
 		f, err := os.Open(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		return seen, s.Put(ctx, team, d, int64(len(data)), f)
+		return last, s.Put(ctx, team, d, int64(size), f)
 	}
-
-	// Cut short after three parts, as a crash would.
-	ctx, cancel := context.WithCancel(context.Background())
-	ctx = blobstore.WithProgress(ctx, func(pr blobstore.Progress) {
-		if pr.Parts == 3 {
-			cancel()
+	// cutShort puts the file and cancels the upload after three parts,
+	// as a crash would.
+	cutShort := func(p string, d blobstore.Digest, size int) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ctx = blobstore.WithProgress(ctx, func(pr blobstore.Progress) {
+			if pr.Parts == 3 {
+				cancel()
+			}
+		})
+		if _, err := put(ctx, p, d, size); err == nil {
+			t.Fatal("a Put cancelled after three parts succeeded")
 		}
-	})
-	f, _ := os.Open(p)
-	err = s.Put(ctx, team, d, int64(len(data)), f)
-	f.Close()
-	if err == nil {
-		t.Fatal("a Put cancelled after three parts succeeded")
+		if _, err := s.Stat(ctx, team, d); !errors.Is(err, blobstore.ErrNotFound) {
+			t.Fatalf("an upload cut short left a blob: %v", err)
+		}
+		if n, err := blobstore.UnfinishedPartsForTest(ctx, s, team, d); err != nil || n != 3 {
+			t.Fatalf("the upload cut short keeps %d parts (%v), want 3", n, err)
+		}
 	}
-	if _, err := s.Stat(context.Background(), team, d); !errors.Is(err, blobstore.ErrNotFound) {
-		t.Fatalf("an upload cut short left a blob: %v", err)
-	}
-	if n, err := blobstore.UnfinishedPartsForTest(context.Background(), s, team, d); err != nil || n != 3 {
-		t.Fatalf("the upload cut short keeps %d parts (%v), want 3", n, err)
-	}
-	// A part of other bytes (another writer's, a torn one) is not kept.
-	if err := blobstore.PutPartForTest(context.Background(), s, team, d, 5, bytes.Repeat([]byte{7}, part)); err != nil {
-		t.Fatal(err)
+	whole := func(d blobstore.Digest, data []byte) {
+		t.Helper()
+		dst := filepath.Join(t.TempDir(), "back")
+		if err := s.Get(ctx, team, d, dst); err != nil {
+			t.Fatalf("the blob: %v", err)
+		}
+		if back, _ := os.ReadFile(dst); !bytes.Equal(back, data) {
+			t.Fatal("the blob differs from the file")
+		}
+		if n, _ := blobstore.UnfinishedPartsForTest(ctx, s, team, d); n != -1 {
+			t.Fatalf("the completed upload is still listed as unfinished (%d parts)", n)
+		}
 	}
 
-	seen, err := put(context.Background())
+	data, p, d := newFile()
+	cutShort(p, d, len(data))
+	t.Logf("parts stored: %v", blobstore.PartETagsForTest(ctx, s, team, d))
+	last, err := put(ctx, p, d, len(data))
 	if err != nil {
 		t.Fatalf("resuming the upload: %v", err)
 	}
-	last := seen[len(seen)-1]
-	if last.Reused != 3 || last.Parts != 7 || last.Total != 7 || last.Sent != int64(len(data))-3*part || last.Bytes != int64(len(data)) {
+	if last.Reused != 3 || last.Parts != 7 || last.Total != 7 || last.Sent != int64(len(data)-3*part) || last.Bytes != int64(len(data)) {
 		t.Fatalf("the resumed upload's progress: %+v, want 3 of 7 parts reused and the rest sent", last)
 	}
-	dst := filepath.Join(t.TempDir(), "back")
-	if err := s.Get(context.Background(), team, d, dst); err != nil {
-		t.Fatalf("the resumed upload's blob: %v", err)
+	whole(d, data)
+
+	// A part of other bytes (another writer's, a torn one) at 5.
+	data, p, d = newFile()
+	cutShort(p, d, len(data))
+	if err := blobstore.PutPartForTest(ctx, s, team, d, 5, bytes.Repeat([]byte{7}, part)); err != nil {
+		t.Fatal(err)
 	}
-	if back, _ := os.ReadFile(dst); !bytes.Equal(back, data) {
-		t.Fatal("the resumed upload's blob differs from the file")
+	last, err = put(ctx, p, d, len(data))
+	switch {
+	case err == nil:
+		if last.Reused != 3 {
+			t.Fatalf("the resumed upload's progress: %+v, want the 3 good parts reused and the bad one sent", last)
+		}
+	case errors.Is(err, blobstore.ErrCorrupt):
+		t.Logf("the blob a bad part made was refused: %v", err)
+		if _, err := s.Stat(ctx, team, d); !errors.Is(err, blobstore.ErrNotFound) {
+			t.Fatalf("the refused blob stays: %v", err)
+		}
+		if _, err := put(ctx, p, d, len(data)); err != nil {
+			t.Fatalf("the Put after the refused one: %v", err)
+		}
+	default:
+		t.Fatalf("resuming an upload with a bad part: %v", err)
 	}
-	if n, _ := blobstore.UnfinishedPartsForTest(context.Background(), s, team, d); n != -1 {
-		t.Fatalf("the completed upload is still listed as unfinished (%d parts)", n)
-	}
+	whole(d, data)
 }
 
 // A HashedFile is uploaded as its caller named it, without a second
