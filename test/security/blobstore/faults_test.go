@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The nodes of the crash tests run a build of warren with the fault
@@ -18,6 +19,7 @@ var faultsBuild struct {
 	bin  string
 	err  error
 	out  []byte
+	took time.Duration
 }
 
 func faultsBinary(t testing.TB, repo string) string {
@@ -29,11 +31,14 @@ func faultsBinary(t testing.TB, repo string) string {
 		faultsBuild.bin = filepath.Join(faultsBuild.dir, "warren")
 		cmd := exec.Command("go", "build", "-tags", "warren_faults", "-o", faultsBuild.bin, "./cmd/warren")
 		cmd.Dir = repo
+		start := time.Now()
 		faultsBuild.out, faultsBuild.err = cmd.CombinedOutput()
+		faultsBuild.took = time.Since(start)
 	})
 	if faultsBuild.err != nil {
 		t.Fatalf("building warren with the fault points: %v: %s", faultsBuild.err, faultsBuild.out)
 	}
+	t.Logf("warren with the fault points: %s (built in %s)", faultsBuild.bin, faultsBuild.took.Round(time.Millisecond))
 	return faultsBuild.bin
 }
 
