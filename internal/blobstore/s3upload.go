@@ -37,8 +37,9 @@ import (
 // Progress is reported after each part of an upload is stored.
 type Progress struct {
 	// Parts is how many of the upload's Total parts are stored, Reused of
-	// them found stored by an earlier, interrupted upload.
-	Parts, Reused, Total int
+	// them found stored by an earlier, interrupted upload (which had
+	// stored Found parts: those not of this file's bytes are sent again).
+	Parts, Reused, Found, Total int
 	// Bytes is the bytes stored so far, Sent those sent by this upload.
 	Bytes, Sent int64
 }
@@ -118,11 +119,14 @@ func (s *S3) putFile(ctx context.Context, k string, d Digest, f io.ReaderAt, siz
 	}
 	var (
 		mu       sync.Mutex
-		progress = Progress{Total: total, Reused: len(done), Parts: len(done)}
+		progress = Progress{Total: total, Reused: len(done), Found: len(stored), Parts: len(done)}
 	)
 	for n := range done {
 		_, length := partAt(n)
 		progress.Bytes += length
+	}
+	if len(stored) > 0 {
+		report(progress) // what the interrupted upload left, before sending
 	}
 	todo := make(chan int, total)
 	for n := 1; n <= total; n++ {

@@ -98,9 +98,9 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 		return err
 	}
 	uploaded := time.Now()
-	if last.Reused > 0 {
+	if last.Found > 0 {
 		m.log.Info("resumed an upload a crash cut short: the parts it had stored were not sent again", "sandbox", id,
-			"reused_parts", last.Reused, "parts", last.Total, "sent_bytes", last.Sent)
+			"reused_parts", last.Reused, "found_parts", last.Found, "parts", last.Total, "sent_bytes", last.Sent)
 	}
 	m.faultPoint("pause-after-upload", id)
 	_, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {

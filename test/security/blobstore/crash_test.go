@@ -57,11 +57,12 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 
 	sb := c.createOn(ctx, t, a.name)
-	// A file; a counter that lives in memory only; 60 MiB more memory, so
-	// that the pack is five parts of the upload (16 MiB each, four sent
-	// at a time): a crash after the first leaves at least one unsent.
+	// A file; a counter that lives in memory only; 100 MiB more memory,
+	// so that the pack is seven parts of the upload (16 MiB each, four
+	// sent at a time): a crash once the first is stored leaves the last
+	// three unsent.
 	r, err := c.exec(ctx, sb, `echo kept-through-crashes > /home/user/note.txt
-head -c 60M /dev/urandom > /dev/shm/ballast
+head -c 100M /dev/urandom > /dev/shm/ballast
 cat > /tmp/counter.sh <<'EOF2'
 n=0
 trap 'echo "$n" > /tmp/count' USR1
@@ -148,7 +149,9 @@ sleep 0.5; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	if err != nil || len(parts.ObjectParts) == 0 {
 		t.Fatalf("the upload cut short stored no part: %+v %v", parts, err)
 	}
-	t.Logf("A died mid-upload with %d parts of %s stored", len(parts.ObjectParts), key)
+	for _, p := range parts.ObjectParts {
+		t.Logf("A died mid-upload; part %d of %s stored: %d bytes, ETag %s", p.PartNumber, key, p.Size, p.ETag)
+	}
 
 	// 3. The next restart resumes that upload, and dies before the
 	// record names the blob.
