@@ -18,11 +18,13 @@ import (
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
 )
 
-// TestCrashAtEveryStep kills a node (the fault points of the test build:
-// internal/sandbox/faults_on.go) at each step of a pause into the blob
-// store and of a resume, one sandbox going through them all, and checks
-// after each that the sandbox is paused and resumable or running, on one
-// node only, with its file and its processes' memory:
+// crashAtEveryStep (a subtest of TestPausedSandboxOutlivesItsNode, on its
+// cluster: one start of the cluster less) kills a node (the fault points
+// of the test build: internal/sandbox/faults_on.go) at each step of a
+// pause into the blob store and of a resume, one sandbox going through
+// them all, and checks after each that the sandbox is paused and
+// resumable or running, on one node only, with its file and its
+// processes' memory:
 //
 //   - A dies with the pack written, before the upload; A's restart stores
 //     the sandbox again and dies mid-upload (some parts stored); the next
@@ -40,17 +42,19 @@ import (
 //
 // Nothing is left: no unfinished upload, no blob once it runs, no mount,
 // network namespace or loop device of the nodes (teardown, and below).
-func TestCrashAtEveryStep(t *testing.T) {
-	var dataDirs []string
-	t.Cleanup(func() { // after the cluster's teardown
-		for _, dev := range loopDevicesBelow(dataDirs) {
-			t.Errorf("a loop device is left: %s", dev)
-		}
-	})
-	c := startCluster(t, map[string][]string{"wbsa": armed("pause-before-upload"), "wbsb": armed("resume-after-claim")}, false)
+func crashAtEveryStep(t *testing.T, c *cluster) {
 	ctx := context.Background()
 	a, b := c.nodes[0], c.nodes[1]
-	dataDirs = []string{a.dataDir, b.dataDir}
+	for _, n := range []struct {
+		p    *proc
+		step string
+	}{{a, "pause-before-upload"}, {b, "resume-after-claim"}} {
+		if n.p.p != nil {
+			c.kill9(n.p)
+		}
+		c.restartArmed(t, n.p, n.step)
+	}
+	time.Sleep(time.Second) // the api sees them again
 	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +125,12 @@ sleep 0.5; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 			out = append(out, o.Key)
 		}
 		return out
+	}
+	// What the test before left of its sandbox goes first (its blob is
+	// removed in the background once it is killed).
+	poll.Within(10*time.Second, 100*time.Millisecond, func() bool { return len(objects()) == 0 && len(unfinished()) == 0 })
+	if u, o := unfinished(), objects(); len(u) != 0 || len(o) != 0 {
+		t.Fatalf("before the crashes, the team has uploads %v and blobs %v in the store", u, o)
 	}
 	connect := func() (response, error) {
 		return c.call(ctx, c.apiKey, "POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 120})

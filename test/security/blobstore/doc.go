@@ -5,7 +5,7 @@
 // resumed on the second after the first is killed with SIGKILL, with its
 // files and processes; a corrupted blob is refused and the sandbox stays
 // paused; another team cannot reach it; the store's credentials appear in
-// no log and no API answer. TestCrashAtEveryStep kills a node at each
+// no log and no API answer. Then, on the same cluster, CrashAtEveryStep kills a node at each
 // step of a pause into the store and of a resume (the fault points of a
 // test build of warren, -tags warren_faults, built by the package once
 // per run: faults_test.go).

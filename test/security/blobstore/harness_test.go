@@ -283,6 +283,9 @@ func (c *cluster) teardown(t testing.TB) {
 		if ns := seckit.NetnsWithPrefix(n.name); len(ns) > 0 {
 			t.Errorf("%s left network namespaces: %v", n.name, ns)
 		}
+		for _, dev := range loopDevicesBelow([]string{n.dataDir}) {
+			t.Errorf("%s left a loop device: %s", n.name, dev)
+		}
 		os.RemoveAll(n.dataDir)
 	}
 	if t.Failed() || testing.Verbose() {

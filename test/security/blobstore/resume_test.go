@@ -285,6 +285,9 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 			t.Errorf("an API answer holds S3 credentials: %s", resp)
 		}
 	}
+
+	// The same cluster, a node killed at each step (crash_test.go).
+	t.Run("CrashAtEveryStep", func(t *testing.T) { crashAtEveryStep(t, c) })
 }
 
 func atoi(s string) int {
