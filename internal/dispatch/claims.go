@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Places in a team's limit (--max-sandboxes-per-team) across api
@@ -97,15 +98,15 @@ func (d *Dispatcher) admitN(ctx context.Context, team string, n int) (got int, r
 // team's limit (full: the limit's error): it extends the sandbox's term
 // as a connect does (Refresh), which never resumes, and answers full if
 // the sandbox is, or was meanwhile, paused.
-func (d *Dispatcher) connectRunning(ctx context.Context, c *noderpc.Client, rec store.Sandbox, timeout time.Duration, full error) (store.Sandbox, error) {
+func (d *Dispatcher) connectRunning(ctx context.Context, c *noderpc.Client, teamID team.ID, rec store.Sandbox, timeout time.Duration, full error) (store.Sandbox, error) {
 	if rec.State != store.StateRunning {
 		return store.Sandbox{}, full
 	}
-	if err := c.Refresh(ctx, rec.TeamID, rec.ID, timeout); err != nil {
+	if err := c.Refresh(ctx, teamID, rec.ID, timeout); err != nil {
 		return store.Sandbox{}, err
 	}
 	now, err := d.cfg.Store.GetSandbox(ctx, rec.ID)
-	if err != nil || now.TeamID != rec.TeamID || !visible(now.State) {
+	if err != nil || !teamID.Owns(now.TeamID) || !visible(now.State) {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, rec.ID)
 	}
 	if now.State != store.StateRunning {

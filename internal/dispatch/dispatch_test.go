@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // fakeNode is a node's sandbox manager over the shared store: creates
@@ -66,29 +67,36 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 		StartedAt: time.Now(), EndAt: time.Now().Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata}
 	return rec, f.st.CreateSandbox(ctx, rec)
 }
-func (f *fakeNode) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
+func (f *fakeNode) Get(ctx context.Context, _ team.ID, id string) (store.Sandbox, error) {
 	return f.st.GetSandbox(ctx, id)
 }
-func (f *fakeNode) List(ctx context.Context, team string, sf store.SandboxFilter) ([]store.Sandbox, error) {
+func (f *fakeNode) List(ctx context.Context, _ team.ID, sf store.SandboxFilter) ([]store.Sandbox, error) {
 	return f.st.ListSandboxes(ctx, sf)
 }
-func (f *fakeNode) Kill(ctx context.Context, team, id string) error { return f.note("kill", team, id) }
-func (f *fakeNode) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
+func (f *fakeNode) Kill(ctx context.Context, tid team.ID, id string) error {
+	return f.note("kill", tid.String(), id)
+}
+func (f *fakeNode) SetTimeout(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	team := tid.String()
 	return f.note("timeout", team, id)
 }
-func (f *fakeNode) Refresh(ctx context.Context, team, id string, d time.Duration) error {
+func (f *fakeNode) Refresh(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	team := tid.String()
 	return f.note("refresh", team, id)
 }
-func (f *fakeNode) Connect(ctx context.Context, team, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+func (f *fakeNode) Connect(ctx context.Context, tid team.ID, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+	team := tid.String()
 	if err := f.note("connect", team, id); err != nil {
 		return store.Sandbox{}, false, err
 	}
 	return f.wake(ctx, team, id)
 }
-func (f *fakeNode) Pause(ctx context.Context, team, id string, keep bool) (bool, error) {
+func (f *fakeNode) Pause(ctx context.Context, tid team.ID, id string, keep bool) (bool, error) {
+	team := tid.String()
 	return true, f.note("pause", team, id)
 }
-func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+func (f *fakeNode) ResumeSandbox(ctx context.Context, tid team.ID, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+	team := tid.String()
 	if err := f.note("resume", team, id); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -100,7 +108,8 @@ func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox
 }
 
 // Fork makes count running children of a team's sandbox, after the gate.
-func (f *fakeNode) Fork(ctx context.Context, team, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (f *fakeNode) Fork(ctx context.Context, tid team.ID, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+	team := tid.String()
 	if err := f.note("fork", team, id); err != nil {
 		return nil, err
 	}
@@ -142,16 +151,20 @@ func (f *fakeNode) hold() {
 		<-gate
 	}
 }
-func (f *fakeNode) Metrics(ctx context.Context, team, id string, start, end time.Time) ([]sandbox.Metric, error) {
+func (f *fakeNode) Metrics(ctx context.Context, tid team.ID, id string, start, end time.Time) ([]sandbox.Metric, error) {
+	team := tid.String()
 	return []sandbox.Metric{{Time: start, CPUCount: 2, MemUsed: 7}}, f.note("metrics", team, id)
 }
-func (f *fakeNode) Logs(ctx context.Context, team, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+func (f *fakeNode) Logs(ctx context.Context, tid team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+	team := tid.String()
 	return nil, f.note("logs", team, id)
 }
-func (f *fakeNode) UpdateNetwork(ctx context.Context, team, id string, u sandbox.NetworkUpdate) error {
+func (f *fakeNode) UpdateNetwork(ctx context.Context, tid team.ID, id string, u sandbox.NetworkUpdate) error {
+	team := tid.String()
 	return f.note("network", team, id)
 }
-func (f *fakeNode) NetworkLogs(ctx context.Context, team, id string, start time.Time, limit int) ([]egress.Entry, error) {
+func (f *fakeNode) NetworkLogs(ctx context.Context, tid team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	team := tid.String()
 	return nil, f.note("networklogs", team, id)
 }
 
@@ -248,7 +261,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 	}
 	for _, id := range onA[:2] {
-		if err := d.Kill(ctx, "t1", id); err != nil {
+		if err := d.Kill(ctx, team.MustParse("t1"), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -263,35 +276,35 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	// Calls go to the sandbox's node, for its team only.
 	id := ids[1] // on nb
 	home := c.nodes[strings.TrimRight(id, "0123456789")]
-	if err := d.Kill(ctx, "t1", id); err != nil {
+	if err := d.Kill(ctx, team.MustParse("t1"), id); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Kill(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := d.Kill(ctx, team.MustParse("t2"), id); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("another team's kill: %v", err)
 	}
-	if _, err := d.Get(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := d.Get(ctx, team.MustParse("t2"), id); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("another team's get: %v", err)
 	}
 	if got := strings.Join(home.asked, ","); got != "kill t1 "+id {
 		t.Fatalf("the node was asked %q", got)
 	}
-	ms, err := d.Metrics(ctx, "t1", id, time.UnixMilli(1000), time.UnixMilli(2000))
+	ms, err := d.Metrics(ctx, team.MustParse("t1"), id, time.UnixMilli(1000), time.UnixMilli(2000))
 	if err != nil || len(ms) != 1 || ms[0].MemUsed != 7 || !ms[0].Time.Equal(time.UnixMilli(1000)) {
 		t.Fatalf("metrics %+v %v", ms, err)
 	}
 
 	// A node's refusal comes back as the manager's error, message and all.
 	home.set(fmt.Errorf("%w: sandbox %s is being paused", sandbox.ErrConflict, id))
-	if _, err := d.Pause(ctx, "t1", id, true); !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "is being paused") {
+	if _, err := d.Pause(ctx, team.MustParse("t1"), id, true); !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "is being paused") {
 		t.Fatalf("pause: %v", err)
 	}
 	home.set(&sandbox.ResumeError{ID: id, Step: "restore", Err: errors.New("runsc restore: exit 1")})
 	var re *sandbox.ResumeError
-	if _, err := d.ResumeSandbox(ctx, "t1", id, sandbox.ResumeOptions{}); !errors.As(err, &re) || re.Step != "restore" || re.ID != id {
+	if _, err := d.ResumeSandbox(ctx, team.MustParse("t1"), id, sandbox.ResumeOptions{}); !errors.As(err, &re) || re.Step != "restore" || re.ID != id {
 		t.Fatalf("resume: %v", err)
 	}
 	home.set(errors.New("disk on fire"))
-	if err := d.SetTimeout(ctx, "t1", id, time.Minute); err == nil || !kindless(err) {
+	if err := d.SetTimeout(ctx, team.MustParse("t1"), id, time.Minute); err == nil || !kindless(err) {
 		t.Fatalf("an unknown error: %v", err)
 	}
 	home.set(nil)
@@ -425,7 +438,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)
 
-	recs, err := d.List(ctx, "t1", store.SandboxFilter{})
+	recs, err := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("list: %d %v", len(recs), err)
 	}
@@ -435,16 +448,16 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(cluster.DefaultLostAfter + time.Second)
-	if _, err := d.Get(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "lost") {
+	if _, err := d.Get(ctx, team.MustParse("t1"), recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("get on a lost node: %v", err)
 	}
-	if err := d.Kill(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := d.Kill(ctx, team.MustParse("t1"), recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("kill on a lost node: %v", err)
 	}
 	if _, _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate on a lost node: %v", err)
 	}
-	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 0 {
+	if recs, _ := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{}); len(recs) != 0 {
 		t.Fatalf("list shows %d sandboxes of a lost node", len(recs))
 	}
 	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
@@ -640,7 +653,7 @@ func TestAKillMakesNoWarmSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	if err := c.d.Kill(ctx, "t1", "old"); err != nil {
+	if err := c.d.Kill(ctx, team.MustParse("t1"), "old"); err != nil {
 		t.Fatal(err)
 	}
 	c.later(time.Second)

@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 )
 
@@ -58,7 +59,7 @@ func (f *slowCreator) Create(ctx context.Context, req sandbox.CreateRequest) (st
 	return store.Sandbox{ID: id, TeamID: req.TeamID, State: store.StateRunning}, nil
 }
 
-func (f *slowCreator) Kill(ctx context.Context, team, id string) error {
+func (f *slowCreator) Kill(ctx context.Context, _ team.ID, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.alive[id] {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 )
 
@@ -221,7 +222,11 @@ func (s service) discard(ctx context.Context, rec store.Sandbox, why error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	log := slog.Default()
-	if err := s.m.Kill(ctx, rec.TeamID, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	tm, err := team.Parse(rec.TeamID) // the call's, which the guard checked
+	if err == nil {
+		err = s.m.Kill(ctx, tm, rec.ID)
+	}
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		log.ErrorContext(ctx, "noderpc: killing a sandbox whose create the api did not take failed; it runs until its timeout", "sandbox", rec.ID, "team", rec.TeamID, "why", why, "err", err)
 		return
 	}
