@@ -86,7 +86,7 @@ func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (st
 		return f.create(req)
 	}
 	now := time.Now()
-	return store.Sandbox{ID: "sbx1", TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, StartedAt: now, EndAt: now.Add(req.Timeout)}, nil
+	return store.Sandbox{ID: "sbx1", TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, StartedAt: now, EndAt: now.Add(req.Timeout)}, nil
 }
 
 func (f *fakeSandboxes) Get(_ context.Context, tid team.ID, id string) (store.Sandbox, error) {

@@ -533,7 +533,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 		return
 	}
 	req := sandbox.CreateRequest{
-		TeamID: teamOf(r), TemplateID: body.TemplateID, Timeout: timeout,
+		TeamID: teamIDOf(r), TemplateID: body.TemplateID, Timeout: timeout,
 		Metadata: map[string]string(deref(body.Metadata)), EnvVars: map[string]string(deref(body.EnvVars)),
 		AutoPause: deref(body.AutoPause), AutoPauseMemory: body.AutoPauseMemory, Secure: true,
 		AllowInternetAccess: body.AllowInternetAccess,

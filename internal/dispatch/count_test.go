@@ -19,11 +19,11 @@ func TestCountMatchesList(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster2(t)
 	for range 4 {
-		if _, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute}); err != nil {
+		if _, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t2", TemplateID: "base", Timeout: time.Minute}); err != nil {
+	if _, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t2"), TemplateID: "base", Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(tm team.ID, f store.SandboxFilter, want int) {

@@ -289,7 +289,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	// (the others pull it first); base is on every node.
 	builtOn := ""
 	if req.TemplateID != baseimage.TemplateID {
-		if bd, err := template.BuildOf(ctx, d.cfg.Store, req.TeamID, req.TemplateID); err == nil {
+		if bd, err := template.BuildOf(ctx, d.cfg.Store, req.TeamID.String(), req.TemplateID); err == nil {
 			builtOn = bd.Node
 		}
 	}
@@ -489,7 +489,7 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID team.ID, id string, tim
 		if merr != nil {
 			return store.Sandbox{}, false, merr
 		}
-		release, err := d.admit(ctx, teamID.String())
+		release, err := d.admit(ctx, teamID)
 		if err != nil {
 			return store.Sandbox{}, false, err
 		}
@@ -503,7 +503,7 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID team.ID, id string, tim
 		return out, resumed, err
 	}
 	c := d.client(n)
-	release, err := d.admit(ctx, teamID.String())
+	release, err := d.admit(ctx, teamID)
 	if errors.Is(err, sandbox.ErrTeamLimit) {
 		rec, err := d.connectRunning(ctx, c, teamID, rec, timeout, err)
 		return rec, false, err
@@ -556,7 +556,7 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID team.ID, id strin
 		if merr != nil {
 			return store.Sandbox{}, merr
 		}
-		release, err := d.admit(ctx, teamID.String())
+		release, err := d.admit(ctx, teamID)
 		if err != nil {
 			return store.Sandbox{}, err
 		}
@@ -568,7 +568,7 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID team.ID, id strin
 		})
 		return out, err
 	}
-	release, err := d.admit(ctx, teamID.String())
+	release, err := d.admit(ctx, teamID)
 	if errors.Is(err, sandbox.ErrTeamLimit) && rec.State == store.StateRunning {
 		// Nothing is resumed without a place: a running sandbox's answer
 		// is the node's, without asking it.
@@ -610,7 +610,7 @@ func (d *Dispatcher) Fork(ctx context.Context, teamID team.ID, id string, timeou
 	if count < 1 || count > sandbox.MaxForkCount {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", sandbox.ErrInvalid, sandbox.MaxForkCount)
 	}
-	places, release, over, err := d.admitN(ctx, teamID.String(), count)
+	places, release, over, err := d.admitN(ctx, teamID, count)
 	if err != nil {
 		return nil, err
 	}

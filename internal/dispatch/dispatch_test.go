@@ -63,7 +63,7 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	rec := store.Sandbox{ID: id, TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, Node: f.name,
+	rec := store.Sandbox{ID: id, TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, Node: f.name,
 		StartedAt: time.Now(), EndAt: time.Now().Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata}
 	return rec, f.st.CreateSandbox(ctx, rec)
 }
@@ -119,7 +119,7 @@ func (f *fakeNode) Fork(ctx context.Context, tid team.ID, id string, d time.Dura
 	f.hold()
 	out := make([]sandbox.ForkResult, count)
 	for i := range out {
-		out[i].Sandbox, out[i].Err = f.Create(ctx, sandbox.CreateRequest{TeamID: team, TemplateID: "base", Timeout: d})
+		out[i].Sandbox, out[i].Err = f.Create(ctx, sandbox.CreateRequest{TeamID: tid, TemplateID: "base", Timeout: d})
 	}
 	return out, nil
 }
@@ -237,7 +237,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	on := map[string]int{}
 	var ids []string
 	for range 6 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 	}
 	for range 2 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 		if err != nil || rec.Node != "na" {
 			t.Fatalf("a create after two kills on na: %+v %v", rec.Node, err)
 		}
@@ -370,7 +370,7 @@ func TestConcurrentCreatesSpread(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -409,13 +409,13 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	// A full node's refusal sends the create to the other.
 	c.nodes["na"].set(fmt.Errorf("%w: node na is full", sandbox.ErrNoCapacity))
 	for range 3 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 		if err != nil || rec.Node != "nb" {
 			t.Fatalf("create with na full: %+v %v", rec, err)
 		}
 	}
 	c.nodes["nb"].set(fmt.Errorf("%w: node nb is full", sandbox.ErrNoCapacity))
-	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
 		t.Fatalf("a full cluster: %v", err)
 	}
@@ -428,11 +428,11 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		return fmt.Errorf("%w: %w: node %s has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, n)
 	}
 	c.nodes["na"].set(diskFull("na"))
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
 		t.Errorf("one disk full, one node without memory: %v", err)
 	}
 	c.nodes["nb"].set(diskFull("nb"))
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Errorf("every node's disk full: %v", err)
 	}
 	c.nodes["na"].set(nil)
@@ -460,7 +460,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	if recs, _ := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{}); len(recs) != 0 {
 		t.Fatalf("list shows %d sandboxes of a lost node", len(recs))
 	}
-	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if err != nil || rec.Node != "na" {
 		t.Fatalf("create with nb lost: %+v %v", rec, err)
 	}
@@ -469,7 +469,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Fatalf("create with no node ready: %v", err)
 	}
 }
@@ -482,7 +482,7 @@ func TestDispatcherNeedsTheClusterSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "unavailable") {
 		t.Fatalf("create with the wrong secret: %v", err)
 	}
@@ -551,7 +551,7 @@ func TestTemplatesGoHome(t *testing.T) {
 	// A snapshot goes to its sandbox's node.
 	c.nodes["na"].templates = map[string]bool{}
 	c.nodes["nb"].templates = map[string]bool{}
-	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func TestTemplatesGoHome(t *testing.T) {
 
 	// The template only on the other node: its create ends there.
 	c.nodes[other].templates["tpl1"] = true
-	rec, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl1"})
+	rec, err = d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl1"})
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of a template on %s only: %+v %v", other, rec.Node, err)
 	}
@@ -577,12 +577,12 @@ func TestTemplatesGoHome(t *testing.T) {
 	c.nodes["na"].templates["tpl2"], c.nodes["nb"].templates["tpl2"] = true, true
 	c.nodes["na"].templates["two"], c.nodes["nb"].templates["two"] = true, true
 	for _, ref := range []string{"tpl2", "two", "tpl2", "two"} {
-		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: ref}); err != nil || rec.Node != builder {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: ref}); err != nil || rec.Node != builder {
 			t.Fatalf("create of %s (built on %s): %+v %v", ref, builder, rec.Node, err)
 		}
 	}
 	// Nowhere: the node's 404, not a 503.
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "nosuch"}); !errors.Is(err, sandbox.ErrTemplateNotFound) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "nosuch"}); !errors.Is(err, sandbox.ErrTemplateNotFound) {
 		t.Fatalf("create of a template no node has: %v", err)
 	}
 }
@@ -601,12 +601,12 @@ func TestWarmNodesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"})
+	rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl3"})
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of tpl3, warm on %s, home %s: %+v %v", other, home.Name, rec.Node, err)
 	}
 	// Its one warm sandbox is taken: the next goes by load, to the other.
-	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
+	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
 		t.Fatalf("the second create of tpl3: %+v %v", rec.Node, err)
 	}
 	w := func(t map[string]int) store.NodeUsage { return store.NodeUsage{Warm: t} }
@@ -658,7 +658,7 @@ func TestAKillMakesNoWarmSandbox(t *testing.T) {
 	}
 	c.later(time.Second)
 	for range 2 {
-		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl4"}); err != nil || rec.Node != builder {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl4"}); err != nil || rec.Node != builder {
 			t.Fatalf("create of tpl4 (built on %s, nothing warm) after a kill on nb: %+v %v", builder, rec.Node, err)
 		}
 	}
@@ -761,7 +761,7 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -793,11 +793,11 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d creates at once with a limit of %d: %d made (%v), %d refused", creates, limit, len(made), made, refused)
 	}
 	// Once they run, they count as sandboxes: still no room.
-	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
 		t.Errorf("a create at the limit: %v", err)
 	}
 	// Another team has its own.
-	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t2", TemplateID: "base"}); err != nil {
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t2"), TemplateID: "base"}); err != nil {
 		t.Errorf("another team: %v", err)
 	}
 	// A failed create gives its place back.
@@ -806,12 +806,12 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 	}
 	c.nodes["na"].set(errors.New("boom"))
 	c.nodes["nb"].set(errors.New("boom"))
-	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
 		t.Errorf("a create on failing nodes: %v", err)
 	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)
-	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err != nil {
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); err != nil {
 		t.Errorf("a create after one was killed and one failed: %v", err)
 	}
 }
@@ -830,7 +830,7 @@ func TestPlacementTimeout(t *testing.T) {
 		f.mu.Unlock()
 	}
 	start := time.Now()
-	_, err := c.d.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+	_, err := c.d.Create(context.Background(), sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 	took := time.Since(start)
 	close(gate)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrNodeUnavailable) {

@@ -74,7 +74,7 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 		return store.Sandbox{}, err
 	}
 	m := &nodev1.CreateSandboxRequest{
-		TeamId: req.TeamID, TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
+		TeamId: req.TeamID.String(), TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory,
 		AutoResume: req.AutoResume, Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, ExtraJson: string(extra),
 		RequestId: newRequestID(),
@@ -90,14 +90,14 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 		if answered(err) {
 			return store.Sandbox{}, c.err(err)
 		}
-		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, c.err(err))
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID.String(), m.RequestId, c.err(err))
 	}
 	rec, err := record(res.Msg.SandboxId, res.Msg.SandboxJson)
 	if err == nil {
 		err = ctx.Err() // nobody takes it
 	}
 	if err != nil {
-		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, err)
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID.String(), m.RequestId, err)
 	}
 	return rec, nil
 }

@@ -190,12 +190,12 @@ func (s service) create(ctx context.Context, request string, cr sandbox.CreateRe
 		if !validRequestID(request) {
 			return nil, toConnect(sandboxInvalid("a request ID is 1 to 64 letters, digits, '-' and '_'"))
 		}
-		if err := s.creates.begin(cr.TeamID, request); err != nil {
+		if err := s.creates.begin(cr.TeamID.String(), request); err != nil {
 			return nil, toConnect(err)
 		}
 	}
 	rec, err := s.m.Create(ctx, cr)
-	abandoned := request != "" && s.creates.end(cr.TeamID, request, rec.ID)
+	abandoned := request != "" && s.creates.end(cr.TeamID.String(), request, rec.ID)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -208,7 +208,7 @@ func (s service) create(ctx context.Context, request string, cr sandbox.CreateRe
 	}
 	if err != nil {
 		if request != "" {
-			s.creates.abandon(cr.TeamID, request) // a later AbandonCreate has nothing to do
+			s.creates.abandon(cr.TeamID.String(), request) // a later AbandonCreate has nothing to do
 		}
 		s.discard(ctx, rec, err)
 		return nil, toConnect(err)

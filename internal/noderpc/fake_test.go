@@ -47,8 +47,8 @@ func (f *fakeSandboxes) seenTeams() []string {
 var _ Sandboxes = (*fakeSandboxes)(nil)
 
 func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
-	f.saw("Create", req.TeamID)
-	return store.Sandbox{ID: "sb1", TeamID: req.TeamID}, nil
+	f.saw("Create", req.TeamID.String())
+	return store.Sandbox{ID: "sb1", TeamID: req.TeamID.String()}, nil
 }
 
 func (f *fakeSandboxes) Get(_ context.Context, tid team.ID, id string) (store.Sandbox, error) {

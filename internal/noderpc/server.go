@@ -171,7 +171,7 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 		return nil, err
 	}
 	cr := sandbox.CreateRequest{
-		TeamID: tm.String(), TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
+		TeamID: tm, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
 		Metadata: r.Metadata, EnvVars: r.EnvVars, AutoPause: r.AutoPause, AutoPauseMemory: r.AutoPauseMemory,
 		AutoResume: r.AutoResume, Secure: r.Secure, AllowInternetAccess: r.AllowInternetAccess,
 	}

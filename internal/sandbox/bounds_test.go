@@ -134,7 +134,7 @@ func TestManagerAppliesTheAPIsBounds(t *testing.T) {
 		"an unclean mount path":   {VolumeMounts: []VolumeMount{{Name: "v", Path: "/data/../etc"}}},
 		"a mount path with a NUL": {VolumeMounts: []VolumeMount{{Name: "v", Path: "/da\x00ta"}}},
 	} {
-		req.TeamID, req.TemplateID = "t1", "base"
+		req.TeamID, req.TemplateID = team.MustParse("t1"), "base"
 		if req.Timeout == 0 {
 			req.Timeout = time.Minute
 		}

@@ -478,7 +478,7 @@ func (m *Manager) forget(ctx context.Context, id string) {
 }
 
 func validateCreate(req CreateRequest) error {
-	if req.TeamID == "" {
+	if req.TeamID.IsZero() {
 		return fmt.Errorf("%w: the sandbox's team is required", ErrInvalid)
 	}
 	if req.TemplateID == "" {
@@ -531,7 +531,7 @@ func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []Vol
 // but not name others).
 func (m *Manager) createMounts(ctx context.Context, req CreateRequest, tmpl *image.Template) ([]store.VolumeMount, error) {
 	if len(tmpl.SnapshotMounts) == 0 {
-		return m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
+		return m.resolveMounts(ctx, req.TeamID.String(), req.VolumeMounts)
 	}
 	want := map[string]string{}
 	for _, vm := range tmpl.SnapshotMounts {
@@ -544,7 +544,7 @@ func (m *Manager) createMounts(ctx context.Context, req CreateRequest, tmpl *ima
 	}
 	out := make([]store.VolumeMount, 0, len(tmpl.SnapshotMounts))
 	for _, vm := range tmpl.SnapshotMounts {
-		v, err := m.cfg.Store.GetVolume(ctx, req.TeamID, vm.VolumeID)
+		v, err := m.cfg.Store.GetVolume(ctx, req.TeamID.String(), vm.VolumeID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: volume %q, which the snapshot mounts, is gone", ErrVolumeNotFound, vm.Name)
 		}

@@ -191,8 +191,8 @@ func (e *env) destroy() {
 }
 
 func (e *env) create(req CreateRequest) (store.Sandbox, error) {
-	if req.TeamID == "" {
-		req.TeamID = "t1"
+	if req.TeamID.IsZero() {
+		req.TeamID = team.MustParse("t1")
 	}
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
@@ -408,16 +408,16 @@ func TestLimits(t *testing.T) {
 	if _, err := e.create(CreateRequest{}); !errors.Is(err, ErrTeamLimit) {
 		t.Errorf("second sandbox of a team with a limit of 1: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t2"}); err != nil {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t2")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3"}); !errors.Is(err, ErrNoCapacity) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3")}); !errors.Is(err, ErrNoCapacity) {
 		t.Errorf("third sandbox on a node with a limit of 2: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3", TemplateID: "nope"}); !errors.Is(err, ErrTemplateNotFound) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3"), TemplateID: "nope"}); !errors.Is(err, ErrTemplateNotFound) {
 		t.Errorf("unknown template: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3", Timeout: -time.Second}); !errors.Is(err, ErrInvalid) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3"), Timeout: -time.Second}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative timeout: %v", err)
 	}
 	if live, _ := e.mgr.Count(); live != 2 {

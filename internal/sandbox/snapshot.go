@@ -123,7 +123,7 @@ func (m *Manager) Fork(ctx context.Context, teamID team.ID, id string, timeout t
 		}
 	}()
 	parent := snap.Sandbox
-	req := childRequest(parent, timeout)
+	req := childRequest(teamID, parent, timeout)
 	img := snap.Image
 	img.ID, img.Snapshot = parent.TemplateID, snapID
 	resolved := Template{ID: parent.TemplateID, Alias: parent.Alias, Image: &img, CPUCount: parent.CPUCount, MemoryMB: parent.MemoryMB, fork: true}
@@ -148,11 +148,12 @@ func (m *Manager) Fork(ctx context.Context, teamID team.ID, id string, timeout t
 // lifecycle, network and what else a record carries) but its timeout.
 // The one place a record becomes a CreateRequest, as nodeRequest is the
 // one place it becomes a node.CreateRequest: what a sandbox gains (egress
-// rules, volumes) is carried to its forks here.
-func childRequest(parent store.Sandbox, timeout time.Duration) CreateRequest {
+// rules, volumes) is carried to its forks here. The child is teamID's,
+// the team the parent was found in.
+func childRequest(teamID team.ID, parent store.Sandbox, timeout time.Duration) CreateRequest {
 	autoPauseMemory := parent.AutoPauseMemory
 	return CreateRequest{
-		TeamID: parent.TeamID, TemplateID: parent.TemplateID, Timeout: timeout,
+		TeamID: teamID, TemplateID: parent.TemplateID, Timeout: timeout,
 		Metadata: parent.Metadata, EnvVars: parent.EnvVars, AutoPause: parent.AutoPause,
 		AutoPauseMemory: &autoPauseMemory, AutoResume: parent.AutoResume, Secure: true,
 		AllowInternetAccess: parent.AllowInternetAccess, Extra: ParseExtra(parent.Extra),

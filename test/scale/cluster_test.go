@@ -155,7 +155,7 @@ var _ api.Sandboxes = (*standIn)(nil)
 func (f *standIn) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	now := time.Now()
 	id := fmt.Sprintf("%s-%d", f.node, f.seq.Add(1))
-	rec := store.Sandbox{ID: id, TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, Node: f.node,
+	rec := store.Sandbox{ID: id, TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, Node: f.node,
 		StartedAt: now, EndAt: now.Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata,
 		CPUCount: 1, MemoryMB: 256}
 	return rec, f.st.CreateSandbox(ctx, rec)
