@@ -3,8 +3,9 @@
 // once in Debian's headless Chromium: a wrong key is refused, the key
 // signs in, the sandbox list shows a sandbox the SDK made, its monitoring,
 // logs, file browser (a file the SDK wrote) and terminal (a command whose
-// effect the SDK then reads) work, the templates and builds pages load,
-// and its kill button kills the sandbox. Screenshots of each page go to
+// effect the SDK then reads) work, a template the SDK built shows on the
+// template, tag, build and build-log pages, and its pause and kill buttons
+// pause and kill the sandbox. Screenshots of each page go to
 // the output directory.
 //
 // Not in `make test` or `make bench`: it installs and builds a Next.js app
@@ -26,7 +27,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Sandbox } from 'e2b'
+import { Sandbox, Template } from 'e2b'
 import puppeteer from 'puppeteer-core'
 import { startWarren, killAll } from '../setup/start-warren.mjs'
 
@@ -103,6 +104,11 @@ try {
   check('dashboard /api/health (calls dashboard-api /health)', true)
 
   const opts = { apiKey: w.apiKey, apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl }
+  // A template of the team, for the template, tag and build pages (E2B's
+  // dashboard-api): built from base with a step whose output is its log.
+  const tplName = 'e2b-dashboard-check'
+  const built = Template.build(Template().fromTemplate('base').runCmd('echo built-for-the-e2b-dashboard'), tplName,
+    { ...opts, cpuCount: 1, memoryMB: 512 })
   const sbx = await Sandbox.create('base', { ...opts, metadata: { app: 'e2b-dashboard-check' }, timeoutMs: 600_000 })
   await sbx.files.write('/home/user/hello-from-sdk.txt', 'written by the SDK\n')
   // A few seconds of metrics for the charts.
@@ -115,7 +121,8 @@ try {
   page.on('pageerror', (e) => failed.push(`page error: ${e.message}`))
   const shot = (name) => page.screenshot({ path: path.join(out, `${name}.png`), fullPage: false })
   const textOf = () => page.evaluate(() => document.body.innerText)
-  const waitText = (s, timeout = 30_000) => page.waitForFunction((t) => document.body.innerText.includes(t), { timeout }, s)
+  // innerText as shown (the dashboard upper-cases some labels): compared in lower case.
+  const waitText = (s, timeout = 30_000) => page.waitForFunction((t) => document.body.innerText.toLowerCase().includes(t.toLowerCase()), { timeout }, s)
 
   // A wrong key is refused with the dashboard's message.
   await page.goto(`${dash}/`)
@@ -146,7 +153,7 @@ try {
   await shot('sandboxes')
 
   // Open it: monitoring (its metrics), logs, file browser, terminal.
-  const pages = [['monitoring', 'base'], ['logs', 'log line'], ['filesystem', 'hello-from-sdk.txt']]
+  const pages = [['monitoring', 'running for'], ['logs', 'log line'], ['filesystem', 'hello-from-sdk.txt']]
   for (const [tab, want] of pages) {
     await page.goto(`${dash}/sandboxes/${sbx.sandboxId}/${tab}`)
     try {
@@ -190,12 +197,49 @@ try {
   }
   await shot('sandbox-terminal')
 
-  for (const [route, name] of [['/templates/list', 'templates'], ['/templates/builds', 'builds']]) {
+  // The template pages: the list, the template (overview, tags, builds),
+  // all builds, and the build's page with its log.
+  const info = await built
+  const templatePages = [
+    ['/templates/list', 'templates', tplName],
+    [`/templates/${info.templateId}/overview`, 'template-overview', tplName],
+    [`/templates/${info.templateId}/tags`, 'template-tags', 'default'],
+    ['/templates/builds', 'builds', info.buildId.slice(0, 8)],
+    [`/templates/${info.templateId}/builds/${info.buildId}`, 'build-logs', 'built-for-the-e2b-dashboard'],
+  ]
+  for (const [route, name, want] of templatePages) {
     await page.goto(`${dash}${route}`)
-    await new Promise((r) => setTimeout(r, 4000))
-    const text = await textOf()
-    check(`${name} page loads`, !/something went wrong|error/i.test(text.slice(0, 400)), text.replace(/\s+/g, ' ').slice(0, 160))
+    try {
+      await waitText(want, 45_000)
+      check(`${name} page shows "${want}"`, true)
+    } catch {
+      check(`${name} page shows "${want}"`, false, (await textOf()).replace(/\s+/g, ' ').slice(0, 300))
+    }
+    await new Promise((r) => setTimeout(r, 1500))
     await shot(name)
+  }
+
+  // Pause from the sandbox's header (the SDK sees it paused), resume it
+  // with the SDK, and kill it from the header (the SDK sees it gone).
+  await page.goto(`${dash}/sandboxes/${sbx.sandboxId}/monitoring`)
+  try {
+    await waitText('Pause', 30_000)
+    const [pause] = await page.$$('xpath/.//button[normalize-space(.)="Pause"]')
+    await pause.click()
+    const [confirm] = await page.$$('xpath/.//button[normalize-space(.)="Pause Sandbox"]')
+    await confirm.click()
+    let state = ''
+    for (let deadline = Date.now() + 60_000; Date.now() < deadline && state !== 'paused'; ) {
+      state = (await Sandbox.getInfo(sbx.sandboxId, opts).catch(() => ({}))).state
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    check('pause button pauses the sandbox', state === 'paused', state)
+    await page.reload()
+    await new Promise((r) => setTimeout(r, 2000))
+    await shot('sandbox-paused')
+    await Sandbox.connect(sbx.sandboxId, opts)
+  } catch (e) {
+    check('pause button pauses the sandbox', false, e.message.slice(0, 200))
   }
 
   // Kill from the sandbox's header; the SDK sees it gone.
