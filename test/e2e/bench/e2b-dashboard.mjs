@@ -118,7 +118,26 @@ try {
   await page.setViewport({ width: 1280, height: 800 })
   const failed = []
   page.on('response', (r) => { if (r.status() >= 400 && !r.url().includes('/_next/')) failed.push(`${r.status()} ${r.request().method()} ${r.url()}`) })
-  page.on('pageerror', (e) => failed.push(`page error: ${e.message}`))
+  page.on('pageerror', (e) => failed.push(`page error on ${page.url()}: ${e.message}`))
+  page.on('console', (m) => { if (m.type() === 'error') failed.push(`console error on ${page.url()}: ${m.text().slice(0, 500)}`) })
+  // Chromium aborts what is in flight when the host's addresses change
+  // (net::ERR_NETWORK_CHANGED), which every sandbox's start or end does
+  // (its veth). A page whose load was cut so is loaded once more, and the
+  // check says so; any other failure is the check's.
+  let networkChanged = 0
+  page.on('requestfailed', (r) => { if (r.failure()?.errorText === 'net::ERR_NETWORK_CHANGED') networkChanged++ })
+  async function visit(url, want) {
+    for (let attempt = 0; ; attempt++) {
+      const before = networkChanged
+      await page.goto(url)
+      try {
+        await waitText(want, 45_000)
+        return attempt ? 'loaded again after net::ERR_NETWORK_CHANGED' : ''
+      } catch (e) {
+        if (attempt || networkChanged === before) throw e
+      }
+    }
+  }
   const shot = (name) => page.screenshot({ path: path.join(out, `${name}.png`), fullPage: false })
   const textOf = () => page.evaluate(() => document.body.innerText)
   // innerText as shown (the dashboard upper-cases some labels): compared in lower case.
@@ -155,10 +174,8 @@ try {
   // Open it: monitoring (its metrics), logs, file browser, terminal.
   const pages = [['monitoring', 'running for'], ['logs', 'log line'], ['filesystem', 'hello-from-sdk.txt']]
   for (const [tab, want] of pages) {
-    await page.goto(`${dash}/sandboxes/${sbx.sandboxId}/${tab}`)
     try {
-      await waitText(want, 45_000)
-      check(`sandbox ${tab} shows "${want}"`, true)
+      check(`sandbox ${tab} shows "${want}"`, true, await visit(`${dash}/sandboxes/${sbx.sandboxId}/${tab}`, want))
     } catch {
       check(`sandbox ${tab} shows "${want}"`, false, (await textOf()).slice(0, 300))
     }
@@ -204,16 +221,18 @@ try {
     ['/templates/list', 'templates', tplName],
     [`/templates/${info.templateId}/overview`, 'template-overview', tplName],
     [`/templates/${info.templateId}/tags`, 'template-tags', 'default'],
-    ['/templates/builds', 'builds', info.buildId.slice(0, 8)],
+    ['/templates/builds', 'builds', tplName],
     [`/templates/${info.templateId}/builds/${info.buildId}`, 'build-logs', 'built-for-the-e2b-dashboard'],
   ]
   for (const [route, name, want] of templatePages) {
-    await page.goto(`${dash}${route}`)
     try {
-      await waitText(want, 45_000)
-      check(`${name} page shows "${want}"`, true)
+      check(`${name} page shows "${want}"`, true, await visit(`${dash}${route}`, want))
     } catch {
       check(`${name} page shows "${want}"`, false, (await textOf()).replace(/\s+/g, ' ').slice(0, 300))
+      if (name === 'templates') {
+        const res = await fetch(`${w.apiUrl}/dashboard-api/templates?limit=50&sort=updated_at_desc`, { headers: { 'X-API-Key': w.apiKey } })
+        console.log(`  GET /dashboard-api/templates: ${res.status} ${(await res.text()).slice(0, 2000)}`)
+      }
     }
     await new Promise((r) => setTimeout(r, 1500))
     await shot(name)
