@@ -4,7 +4,8 @@
 // signs in, the sandbox list shows a sandbox the SDK made, its monitoring,
 // logs, file browser (a file the SDK wrote) and terminal (a command whose
 // effect the SDK then reads) work, a template the SDK built shows on the
-// template, tag, build and build-log pages, and its pause and kill buttons
+// template, tag, build and build-log pages, a tag assigned in its dialog
+// lands on the build picked, and its pause and kill buttons
 // pause and kill the sandbox. Screenshots of each page go to
 // the output directory.
 //
@@ -237,6 +238,27 @@ try {
     await new Promise((r) => setTimeout(r, 1500))
     await shot(name)
   }
+
+  // Assign a tag from the tags page: POST /templates/tags with the
+  // target "name:buildID" (the build picked in the dialog).
+  try {
+    await visit(`${dash}/templates/${info.templateId}/tags`, 'default')
+    const [assign] = await page.$$('xpath/.//button[contains(normalize-space(.), "Assign new tag")]')
+    await assign.click()
+    await page.waitForSelector('input[placeholder="Enter tag name"]', { timeout: 20_000 })
+    await page.type('input[placeholder="Enter tag name"]', 'from-the-dashboard')
+    await page.waitForSelector('[role="radio"]', { timeout: 20_000 })
+    await page.click('[role="radio"]')
+    await new Promise((r) => setTimeout(r, 2000)) // the name's check (tags/exists)
+    const [submit] = await page.$$('xpath/.//button[normalize-space(.)="Assign"]')
+    await submit.click()
+    await waitText('assigned successfully', 30_000)
+    const tags = await (await fetch(`${w.apiUrl}/templates/${info.templateId}/tags`, { headers: { 'X-API-Key': w.apiKey } })).json()
+    check('assign a tag from the tags page', tags.some((t) => t.tag === 'from-the-dashboard' && t.buildID === info.buildId), JSON.stringify(tags))
+  } catch (e) {
+    check('assign a tag from the tags page', false, `${e.message.slice(0, 200)}: ${(await textOf()).replace(/\s+/g, ' ').slice(0, 300)}`)
+  }
+  await shot('template-tag-assigned')
 
   // Pause from the sandbox's header (the SDK sees it paused), resume it
   // with the SDK, and kill it from the header (the SDK sees it gone).
