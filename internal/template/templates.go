@@ -412,6 +412,9 @@ func (b *Builder) buildOf(ctx context.Context, t store.Template, tag string) (st
 	return buildOfIn(ctx, b.cfg.Store, t, tag)
 }
 
+// buildOfIn is buildOf. As in E2B, where a tag names none, it may be the
+// ID of one of t's ready builds ("name:buildID": E2B's dashboard assigns
+// tags so).
 func buildOfIn(ctx context.Context, st store.TemplateStore, t store.Template, tag string) (store.Build, error) {
 	explicit := tag != ""
 	if tag == "" {
@@ -424,12 +427,17 @@ func buildOfIn(ctx context.Context, st store.TemplateStore, t store.Template, ta
 	if !errors.Is(err, store.ErrNotFound) {
 		return store.Build{}, err
 	}
-	if explicit {
-		return store.Build{}, fmt.Errorf("%w: template %s has no tag %q", ErrNotFound, t.ID, tag)
-	}
 	builds, err := st.ListBuilds(ctx, t.ID)
 	if err != nil {
 		return store.Build{}, err
+	}
+	if explicit {
+		for _, bd := range builds {
+			if bd.ID == tag && bd.Status == store.BuildReady {
+				return bd, nil
+			}
+		}
+		return store.Build{}, fmt.Errorf("%w: template %s has no tag %q", ErrNotFound, t.ID, tag)
 	}
 	for i := len(builds) - 1; i >= 0; i-- {
 		if builds[i].Status == store.BuildReady {
