@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/blobstore"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// The blob collector keeps the blobs snapshots' records name (of their
+// team only), and removes an old record whose build never came, or is
+// gone, with its blob; a young one (a snapshot being recorded) stays.
+func TestCollectBlobsKeepsSnapshots(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	dir := t.TempDir()
+	blobs, err := blobstore.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, team := range []string{"t1", "t2"} {
+		if err := st.CreateTeam(ctx, store.Team{ID: team, Name: team, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	put := func(team, content string) blobstore.Digest {
+		d := blobstore.DigestOf([]byte(content))
+		if err := blobs.Put(ctx, team, d, int64(len(content)), bytes.NewReader([]byte(content))); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(dir, "teams", team, "sha256", d.Hex()), old, old)
+		return d
+	}
+	kept := put("t1", "a snapshot")
+	buildGone := put("t1", "a deleted snapshot")
+	recording := put("t1", "a snapshot being recorded")
+	otherTeam := put("t2", "a snapshot") // t1's record names t1's blob only
+	if err := st.CreateTemplate(ctx, store.Template{ID: "tpl", TeamID: "t1", SnapshotOf: "sb", CreatedAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateBuild(ctx, store.Build{ID: "b1", TemplateID: "tpl", Status: store.BuildReady, CreatedAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.SnapshotBlob{
+		{BuildID: "b1", TeamID: "t1", Blob: kept.String(), CreatedAt: old},
+		{BuildID: "gone", TeamID: "t1", Blob: buildGone.String(), CreatedAt: old},
+		{BuildID: "coming", TeamID: "t1", Blob: recording.String(), CreatedAt: time.Now()},
+	} {
+		if err := st.PutSnapshotBlob(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := CollectBlobs(ctx, st, blobs, time.Now().Add(-DefaultBlobGCGrace))
+	if err != nil || n != 2 {
+		t.Fatalf("collected %d: %v", n, err)
+	}
+	for d, want := range map[blobstore.Digest]bool{kept: true, buildGone: false, recording: true} {
+		_, err := blobs.Stat(ctx, "t1", d)
+		if got := err == nil; got != want {
+			t.Errorf("t1's %s kept %v, want %v (%v)", d, got, want, err)
+		}
+	}
+	if _, err := blobs.Stat(ctx, "t2", otherTeam); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("t2's orphan kept: %v", err)
+	}
+	if _, err := st.GetSnapshotBlob(ctx, "t1", "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the record of a gone build stays: %v", err)
+	}
+	for _, b := range []string{"b1", "coming"} {
+		if _, err := st.GetSnapshotBlob(ctx, "t1", b); err != nil {
+			t.Errorf("record %s: %v", b, err)
+		}
+	}
+}
