@@ -83,3 +83,36 @@ func TestCollectBlobsKeepsSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// With a blob store, the pause of a sandbox without a disk limit (its
+// writable layer a directory, which a pack does not carry) is refused
+// before anything is done, as invalid (the API's 400), and the sandbox
+// runs on; nothing is put in the store.
+func TestPauseWithoutDiskLimitIsRefusedWithAStore(t *testing.T) {
+	blobs, err := blobstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, newStore(t), Config{Blobs: blobs, BlobTemp: t.TempDir()})
+	defer e.destroy()
+	e.mgr.cfg.Resources.DiskSizeMB = 0 // no warm pool: nothing reads it meanwhile
+	rec, err := e.create(CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	paused, err := e.mgr.Pause(ctx, "t1", rec.ID, false)
+	if !errors.Is(err, ErrInvalid) || paused {
+		t.Fatalf("pause of a sandbox without a disk limit into the store: paused %v, %v", paused, err)
+	}
+	t.Logf("refused: %v", err)
+	if got, err := e.store.GetSandbox(ctx, rec.ID); err != nil || got.State != store.StateRunning {
+		t.Fatalf("after the refused pause: %s %v", got.State, err)
+	}
+	if out := run(t, e.mgr, rec, "echo still-running"); out != "still-running\n" {
+		t.Errorf("the sandbox after the refused pause: %q", out)
+	}
+	if infos, err := blobs.List(ctx, "t1"); err != nil || len(infos) != 0 {
+		t.Errorf("the store holds %v (%v)", infos, err)
+	}
+}
