@@ -9,6 +9,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Forking a sandbox away from its node.
@@ -22,7 +23,7 @@ import (
 // forkNodes are the nodes a fork of a team's sandbox goes to, in turn:
 // its own, or, when that is lost and the sandbox is paused in the blob
 // store, those that may take it over.
-func (d *Dispatcher) forkNodes(ctx context.Context, teamID, id string) ([]store.Node, error) {
+func (d *Dispatcher) forkNodes(ctx context.Context, teamID team.ID, id string) ([]store.Node, error) {
 	_, n, err := d.find(ctx, teamID, id)
 	if err == nil {
 		return []store.Node{n}, nil
@@ -39,7 +40,7 @@ func (d *Dispatcher) forkNodes(ctx context.Context, teamID, id string) ([]store.
 
 // forkOn forks on the first of cands that has the parent or can take it
 // over; a node without the blob store (not found there) passes it on.
-func (d *Dispatcher) forkOn(ctx context.Context, cands []store.Node, teamID, id string, timeout time.Duration, count int) ([]noderpc.ForkChild, error) {
+func (d *Dispatcher) forkOn(ctx context.Context, cands []store.Node, teamID team.ID, id string, timeout time.Duration, count int) ([]noderpc.ForkChild, error) {
 	var err error
 	for _, n := range cands {
 		var children []noderpc.ForkChild

@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Snapshots and forks that outlive their node (Config.Blobs).
@@ -149,7 +150,7 @@ func (m *Manager) checkStorable(l *live) error {
 // forkSnapshot is the snapshot a fork of l restores its children from,
 // written into dir: of the running sandbox (Snapshot), or made of a
 // paused one's checkpoint and disk.
-func (m *Manager) forkSnapshot(ctx context.Context, teamID string, l *live, dir string) (Snapshot, error) {
+func (m *Manager) forkSnapshot(ctx context.Context, teamID team.ID, l *live, dir string) (Snapshot, error) {
 	if paused, err := m.pausedNow(l); err != nil {
 		return Snapshot{}, err
 	} else if !paused {
@@ -162,7 +163,7 @@ func (m *Manager) forkSnapshot(ctx context.Context, teamID string, l *live, dir 
 // must not exist): links to (or copies of) its pause checkpoint's files
 // and a copy of its disk image. The sandbox stays paused; its lock is
 // held meanwhile, so that no resume changes its files.
-func (m *Manager) snapshotPaused(ctx context.Context, teamID string, l *live, dir string) (_ Snapshot, err error) {
+func (m *Manager) snapshotPaused(ctx context.Context, teamID team.ID, l *live, dir string) (_ Snapshot, err error) {
 	if !m.canCheckpoint() {
 		return Snapshot{}, fmt.Errorf("%w: forks need checkpoints, which this node's %s runtime cannot do here (%s)",
 			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)
@@ -180,7 +181,7 @@ func (m *Manager) snapshotPaused(ctx context.Context, teamID string, l *live, di
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if rec.TeamID != teamID || rec.Node != m.cfg.NodeName {
+	if !teamID.Owns(rec.TeamID) || rec.Node != m.cfg.NodeName {
 		return Snapshot{}, fmt.Errorf("%w: %s", ErrNotFound, l.id)
 	}
 	m.mu.Lock()
@@ -196,7 +197,7 @@ func (m *Manager) snapshotPaused(ctx context.Context, teamID string, l *live, di
 	if err := m.checkpointSpace(rec.MemoryMB); err != nil {
 		return Snapshot{}, err
 	}
-	if err := m.fetchIfEvicted(ctx, teamID, rec, parked); err != nil {
+	if err := m.fetchIfEvicted(ctx, rec.TeamID, rec, parked); err != nil {
 		return Snapshot{}, fmt.Errorf("sandbox: fetching paused sandbox %s back from the blob store for its fork: %w", l.id, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // The blob collector keeps the blobs snapshots' records name (of their
@@ -101,7 +102,7 @@ func TestPauseWithoutDiskLimitIsRefusedWithAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	paused, err := e.mgr.Pause(ctx, "t1", rec.ID, false)
+	paused, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, false)
 	if !errors.Is(err, ErrInvalid) || paused {
 		t.Fatalf("pause of a sandbox without a disk limit into the store: paused %v, %v", paused, err)
 	}

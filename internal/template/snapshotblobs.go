@@ -210,3 +210,7 @@ func (b *Builder) dropSnapshotBlobs(ctx context.Context, recs []store.SnapshotBl
 	}
 	return nil
 }
+
+// The sandbox manager keeps snapshots in the blob store (checked here, as
+// blobs finds it by a type assertion).
+var _ snapshotBlobs = (*sandbox.Manager)(nil)
