@@ -5,8 +5,8 @@
 -- blob of team_id), image the image template sandboxes restored from it
 -- use (JSON: layers, user, workdir, envs, the checkpoint's envd token,
 -- volume mounts), size the blob's bytes. A row is written before the
--- snapshot's build and deleted with its template; a row whose build never
--- came (a crash between the two) is removed by the blob collector.
+-- snapshot's build and deleted with its template (a row whose build never
+-- came, after a crash between the two, is removed by the blob collector).
 CREATE TABLE snapshot_blobs (
     build_id    TEXT PRIMARY KEY,
     team_id     TEXT NOT NULL,
