@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -110,7 +111,7 @@ func (b *Builder) imageFromBlob(ctx context.Context, t store.Template, bd store.
 			return nil, fmt.Errorf("template: snapshot build %s names an invalid layer %q", bd.ID, l)
 		}
 		if !b.cfg.Images.HasLayer(l) {
-			return nil, fmt.Errorf("%w: snapshot build %s: its layer %s is not on this node, and could not be pulled (%v)", ErrNotFound, bd.ID, l, cause)
+			return nil, fmt.Errorf("%w: snapshot build %s: its layer %s is not on this node, and could not be pulled (%w)", ErrNotFound, bd.ID, l, cause)
 		}
 	}
 	snapID := snapshotDirPrefix + bd.ID
@@ -214,3 +215,15 @@ func (b *Builder) dropSnapshotBlobs(ctx context.Context, recs []store.SnapshotBl
 // The sandbox manager keeps snapshots in the blob store (checked here, as
 // blobs finds it by a type assertion).
 var _ snapshotBlobs = (*sandbox.Manager)(nil)
+
+// noImage is Resolve's error for a build whose image is not here and
+// could not be had: the detail, which names nodes' internal addresses,
+// goes to the log only. A snapshot blob that does not match its digest
+// is refused as an internal error, not as a missing template.
+func (b *Builder) noImage(ctx context.Context, ref string, bd store.Build, err error) error {
+	b.log.WarnContext(ctx, "template: a build's image is not on this node and could not be had", "build", bd.ID, "node", bd.Node, "err", err)
+	if errors.Is(err, blobstore.ErrCorrupt) {
+		return fmt.Errorf("template %q: build %s: its snapshot's blob in the blob store is corrupt, refused: %w", ref, bd.ID, err)
+	}
+	return fmt.Errorf("%w: template %q: build %s has no image on this node, and the node that made it (%s) could not give it", ErrNotFound, ref, bd.ID, bd.Node)
+}

@@ -334,7 +334,7 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 		img, err = b.imageFromBlob(ctx, t, bd, err) // a snapshot kept in the blob store
 	}
 	if err != nil {
-		return Resolved{}, fmt.Errorf("%w: template %q: build %s has no image here: %v", ErrNotFound, ref, bd.ID, err)
+		return Resolved{}, b.noImage(ctx, ref, bd, err)
 	}
 	r := Resolved{TemplateID: t.ID, BuildID: bd.ID, Image: img, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB}
 	if len(t.Names) > 0 {

@@ -1,10 +1,13 @@
 package blobstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +24,8 @@ import (
 // in the blob store (a blob of its team, named by its record) when it is
 // answered; the sandbox, changed, is paused into the store and A is
 // killed with SIGKILL. Another team can neither create from the snapshot
-// nor fork the sandbox (404); the team creates from the snapshot on B
+// nor fork the sandbox (404); a corrupted snapshot blob is refused; the
+// team creates from the snapshot on B
 // (its file from before the snapshot, its process running) and forks
 // the paused sandbox on B (the child has the file as it was paused, and
 // the parent stays paused, now B's, and resumes); deleting the snapshot
@@ -101,7 +105,7 @@ func TestSnapshotsAndForksOutliveTheirNode(t *testing.T) {
 		if call.what == "" {
 			body = map[string]any{"timeout": 60}
 		}
-		if r, err := c.call(ctx, c.otherKey, "POST", call.path, body); err != nil || r.status != http.StatusNotFound {
+		if r, err := c.call(ctx, c.otherKey, "POST", call.path, body); err != nil || r.status != http.StatusNotFound || strings.Contains(string(r.body), "127.0.0.1") {
 			t.Errorf("another team's POST %s %s: %v %v", call.path, call.what, r, err)
 		}
 	}
@@ -117,6 +121,33 @@ func TestSnapshotsAndForksOutliveTheirNode(t *testing.T) {
 		r, err := c.exec(ctx, sb, `cat /home/user/note.txt; kill -0 $(cat /tmp/sleeper.pid) && echo alive`)
 		if err != nil || r.exit != 0 || r.stdout != note+"\nalive\n" {
 			t.Errorf("%s: %v %+v, want %q and the process alive", what, err, r, note)
+		}
+	}
+
+	// A corrupted snapshot blob is refused, and nothing is started from
+	// it; the whole one back, the create goes through.
+	if key != "" {
+		good := filepath.Join(t.TempDir(), "blob")
+		if err := mc.FGetObject(ctx, c.s3.Bucket, key, good, minio.GetObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		goodBytes, _ := os.ReadFile(good)
+		bad := bytes.Clone(goodBytes)
+		bad[len(bad)/2] ^= 0xff
+		if _, err := mc.PutObject(ctx, c.s3.Bucket, key, bytes.NewReader(bad), int64(len(bad)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes", map[string]any{"templateID": info.SnapshotID, "timeout": 120})
+		if err != nil || r.status < 500 {
+			t.Errorf("create from a corrupted snapshot blob: %v %v", r, err)
+		} else {
+			t.Logf("create from a corrupted snapshot blob refused: %s", r)
+		}
+		if n, err := c.st.CountSandboxes(ctx, store.SandboxFilter{Teams: store.ForTeam(team), States: []store.SandboxState{store.StateRunning, store.StateCreating}}); err != nil || n[b.name] != 0 {
+			t.Errorf("running after the refused create: %v %v", n, err)
+		}
+		if _, err := mc.PutObject(ctx, c.s3.Bucket, key, bytes.NewReader(goodBytes), int64(len(goodBytes)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 
