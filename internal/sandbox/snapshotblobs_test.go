@@ -117,3 +117,57 @@ func TestPauseWithoutDiskLimitIsRefusedWithAStore(t *testing.T) {
 		t.Errorf("the store holds %v (%v)", infos, err)
 	}
 }
+
+// A paused sandbox is forked from its pause checkpoint (no blob store
+// here): the child continues its processes with its files, the parent
+// stays paused and resumes; one paused without its memory has nothing to
+// fork from (ErrConflict); another team finds nothing.
+func TestForkOfAPausedSandbox(t *testing.T) {
+	e := startRunsc(t, newStore(t), Config{})
+	defer e.destroy()
+	ctx := context.Background()
+	t1 := team.MustParse("t1")
+	parent, err := e.create(CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, e.mgr, parent, counterLoop+"; echo paused-parent > /home/user/file")
+	_, pid := count(t, e.mgr, parent)
+	if _, err := e.mgr.Pause(ctx, t1, parent.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	released(t, e.mgr, parent.ID)
+	if _, err := e.mgr.Fork(ctx, team.MustParse("t2"), parent.ID, time.Minute, 1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another team's fork of the paused sandbox: %v", err)
+	}
+	results, err := e.mgr.Fork(ctx, t1, parent.ID, time.Minute, 1)
+	if err != nil || len(results) != 1 || results[0].Err != nil {
+		t.Fatalf("fork of a paused sandbox: %+v %v", results, err)
+	}
+	child := results[0].Sandbox
+	if _, p := count(t, e.mgr, child); p != pid {
+		t.Errorf("the child: pid %d, want the parent's %d", p, pid)
+	}
+	if out := run(t, e.mgr, child, "cat /home/user/file"); out != "paused-parent\n" {
+		t.Errorf("the child sees %q", out)
+	}
+	if got, err := e.store.GetSandbox(ctx, parent.ID); err != nil || got.State != store.StatePaused {
+		t.Errorf("the parent after the fork: %s %v", got.State, err)
+	}
+	if entries, _ := filepath.Glob(e.mgr.cfg.Images.SnapshotDir(forkSnapshotPrefix + "*")); len(entries) != 0 {
+		t.Errorf("the fork's snapshot is left: %v", entries)
+	}
+	if _, _, err := e.mgr.Connect(ctx, t1, parent.ID, time.Minute, true); err != nil {
+		t.Fatalf("resume of the forked parent: %v", err)
+	}
+	if _, p := count(t, e.mgr, parent); p != pid {
+		t.Errorf("the resumed parent: pid %d, want %d", p, pid)
+	}
+	if _, err := e.mgr.Pause(ctx, t1, parent.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	released(t, e.mgr, parent.ID)
+	if _, err := e.mgr.Fork(ctx, t1, parent.ID, time.Minute, 1); !errors.Is(err, ErrConflict) {
+		t.Errorf("fork of a sandbox paused without its memory: %v", err)
+	}
+}
