@@ -344,3 +344,21 @@ func (ts *timedStore) PendingDeliveries(ctx context.Context) (int, error) {
 func (ts *timedStore) PruneEvents(ctx context.Context, before time.Time) (int, error) {
 	return timed(ts, "PruneEvents", func() (int, error) { return ts.Store.PruneEvents(ctx, before) })
 }
+
+// Snapshots in the blob store.
+
+func (ts *timedStore) PutSnapshotBlob(ctx context.Context, b store.SnapshotBlob) error {
+	return timed0(ts, "PutSnapshotBlob", func() error { return ts.Store.PutSnapshotBlob(ctx, b) })
+}
+
+func (ts *timedStore) GetSnapshotBlob(ctx context.Context, teamID, buildID string) (store.SnapshotBlob, error) {
+	return timed(ts, "GetSnapshotBlob", func() (store.SnapshotBlob, error) { return ts.Store.GetSnapshotBlob(ctx, teamID, buildID) })
+}
+
+func (ts *timedStore) DeleteSnapshotBlob(ctx context.Context, teamID, buildID string) error {
+	return timed0(ts, "DeleteSnapshotBlob", func() error { return ts.Store.DeleteSnapshotBlob(ctx, teamID, buildID) })
+}
+
+func (ts *timedStore) ListSnapshotBlobs(ctx context.Context) ([]store.SnapshotBlob, error) {
+	return timed(ts, "ListSnapshotBlobs", func() ([]store.SnapshotBlob, error) { return ts.Store.ListSnapshotBlobs(ctx) })
+}

@@ -256,8 +256,9 @@ func (m *Manager) collectBlobs() {
 	}
 }
 
-// CollectBlobs removes every team's blobs that no sandbox record names
-// and that were stored before before; it returns how many it removed.
+// CollectBlobs removes every team's blobs that no sandbox record or
+// snapshot record names and that were stored before before; it returns
+// how many it removed.
 // Every node sharing the store may run it: removals are idempotent.
 func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, before time.Time) (int, error) {
 	teams, err := st.ListTeams(ctx)
@@ -273,6 +274,9 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 		if r.PausedBlob != "" {
 			named[r.TeamID+" "+r.PausedBlob] = true
 		}
+	}
+	if err := namedBySnapshots(ctx, st, named, before); err != nil {
+		return 0, err
 	}
 	removed := 0
 	var errs []error

@@ -165,6 +165,9 @@ func (m *Manager) pauseIn(ctx context.Context, scope store.TeamScope, id string,
 		return false, fmt.Errorf("%w: pausing with the memory needs checkpoints, which this node's %s runtime cannot do here (%s): pause with {\"memory\": false} to keep only the files",
 			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)
 	}
+	if err := m.checkStorable(l); err != nil {
+		return false, err
+	}
 	return m.pause(ctx, l, keepMemory)
 }
 

@@ -268,6 +268,7 @@ type Store interface {
 	RouteStore
 	DiskUsageStore
 	EventStore
+	SnapshotBlobStore
 
 	Close() error
 }

@@ -163,6 +163,9 @@ type Builder struct {
 	stop chan struct{}
 	// sandboxes takes sandboxes' snapshots (UseSandboxes); guarded by mu.
 	sandboxes Snapshotter
+	// fetching holds the snapshot fetches from the blob store under way,
+	// by build ID (snapshotblobs.go); guarded by mu.
+	fetching map[string]chan struct{}
 }
 
 // New returns a Builder; call Start before serving.

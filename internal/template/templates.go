@@ -331,7 +331,10 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	}
 	img, err := b.image(ctx, bd)
 	if err != nil {
-		return Resolved{}, fmt.Errorf("%w: template %q: build %s has no image here: %v", ErrNotFound, ref, bd.ID, err)
+		img, err = b.imageFromBlob(ctx, t, bd, err) // a snapshot kept in the blob store
+	}
+	if err != nil {
+		return Resolved{}, b.noImage(ctx, ref, bd, err)
 	}
 	r := Resolved{TemplateID: t.ID, BuildID: bd.ID, Image: img, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB}
 	if len(t.Names) > 0 {
@@ -527,10 +530,11 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	for _, bd := range builds {
 		b.cancel(bd.ID)
 	}
+	blobs := b.snapshotBlobsOf(ctx, t, builds)
 	if err := b.cfg.Store.DeleteTemplate(ctx, t.ID); err != nil {
 		return err
 	}
-	errs := []error{b.removeSnapshotFiles(builds)}
+	errs := []error{b.removeSnapshotFiles(builds), b.dropSnapshotBlobs(ctx, blobs)}
 	for _, bd := range builds {
 		errs = append(errs, b.cfg.Images.RemoveTemplate(bd.ID))
 		if b.cfg.ImageRemoved != nil {
