@@ -3,7 +3,7 @@
 -- build's image is made of (issue 27): its record ('image'), its layers
 -- ('layer') and its start checkpoint ('snapshot'), each a blob of the
 -- template's team. A row is written before its blob is stored, so that a
--- blob a build is storing is always named; a row names its blob only
+-- blob a build is storing is always named. A row names its blob only
 -- while its build exists and has not failed (the queries join
 -- template_builds), so the rows of a deleted template release theirs.
 CREATE TABLE build_blobs (
