@@ -19,17 +19,18 @@ import (
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
-	"github.com/warren-sandbox/warren/internal/templateclient"
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
 )
 
 // TestTemplateOutlivesItsNode: a template built on node A (one RUN step
-// over base) is in the blob store once its build is ready; A is killed
+// over base, and a start command, so that its sandboxes are restored
+// from a checkpoint with it running) is in the blob store once its
+// build is ready; A is killed
 // with SIGKILL and its data dir wiped; another team cannot start the
 // template by its ID or names; a corrupted layer blob is refused with an
 // answer that says so, and B keeps nothing of it; whole again, the
 // template starts on B from the store with the file its build step
-// wrote; A, back with its empty data dir, starts it from the store too;
+// wrote and its start command running (restored, not booted); A, back with its empty data dir, starts it from the store too;
 // deleting the template removes its blobs.
 func TestTemplateOutlivesItsNode(t *testing.T) {
 	c := startCluster(t, nil, false)
@@ -46,13 +47,7 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 	marker := "built-on-a-" + randHex(8)
 	name := "blob-tmpl-" + randHex(4)
 	begin := time.Now()
-	built, err := templateclient.New("http://"+c.api.addr, c.apiKey).Build(ctx, templateclient.BuildOptions{
-		Name:       name,
-		Dockerfile: "FROM base\nRUN echo " + marker + " > /etc/warren-blob-marker\n",
-	})
-	if err != nil {
-		t.Fatalf("building the template: %v", err)
-	}
+	built := c.buildWithStart(ctx, t, name, "echo "+marker+" > /etc/warren-blob-marker", startCmd, "test -e /tmp/ready")
 	t.Logf("built template %s (build %s) in %s", built.TemplateID, built.BuildID, time.Since(begin).Round(time.Millisecond))
 	if err := c.setNode(ctx, b.name, store.NodeReady); err != nil {
 		t.Fatal(err)
@@ -94,7 +89,8 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		}
 	}
 
-	// A corrupted layer is refused, saying so; B keeps nothing of it.
+	// A corrupted blob (the largest: the checkpoint) is refused, saying
+	// so; B keeps nothing of it.
 	layerKey := ""
 	var layerSize int64
 	for k, size := range blobs {
@@ -126,9 +122,7 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.Node != b.name {
 		t.Fatalf("the sandbox: %+v %v (wanted on %s)", rec, err, b.name)
 	}
-	if r, err := c.exec(ctx, sb, "cat /etc/warren-blob-marker"); err != nil || r.exit != 0 || strings.TrimSpace(r.stdout) != marker {
-		t.Fatalf("the build step's file on B: %v %+v (wanted %q)", err, r, marker)
-	}
+	startedOnB := c.checkStarted(ctx, t, sb, marker, "on B")
 
 	// A comes back with its empty data dir, and starts it from the
 	// store too (B cordoned).
@@ -146,8 +140,8 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 	if rec, err := c.st.GetSandbox(ctx, sbA.ID); err != nil || rec.Node != a.name {
 		t.Fatalf("the sandbox on the wiped A: %+v %v", rec, err)
 	}
-	if r, err := c.exec(ctx, sbA, "cat /etc/warren-blob-marker"); err != nil || r.exit != 0 || strings.TrimSpace(r.stdout) != marker {
-		t.Fatalf("the build step's file on the wiped A: %v %+v (wanted %q)", err, r, marker)
+	if id := c.checkStarted(ctx, t, sbA, marker, "on the wiped A"); id != startedOnB {
+		t.Errorf("the sandboxes on B and A were not both restored from the build's checkpoint: their start commands drew %s and %s", startedOnB, id)
 	}
 
 	// Deleted, the template's blobs go.
@@ -263,4 +257,77 @@ func decodeSandbox(t *testing.T, r response) sandbox {
 		t.Fatal(err)
 	}
 	return sandbox{ID: out.SandboxID, EnvdToken: out.EnvdAccessToken}
+}
+
+// startCmd is the template's start command: it counts in the
+// background, and says it is ready once it runs. A sandbox restored from
+// the template's checkpoint finds it running, with the ID it drew when
+// the build started it.
+const startCmd = `sh -c 'echo $$ > /tmp/start.pid; cat /proc/sys/kernel/random/uuid > /tmp/start.id; touch /tmp/ready; n=0; while :; do n=$((n+1)); echo $n > /tmp/ticks; sleep 0.1; done'`
+
+type built struct{ TemplateID, BuildID string }
+
+// buildWithStart builds template name from base with one RUN step (as
+// root) and a start and ready command, through the api, and waits for
+// it to be ready.
+func (c *cluster) buildWithStart(ctx context.Context, t *testing.T, name, run, start, ready string) built {
+	t.Helper()
+	r, err := c.call(ctx, c.apiKey, "POST", "/v3/templates", map[string]any{"name": name})
+	var b built
+	if err == nil && r.status < 300 {
+		err = json.Unmarshal(r.body, &struct {
+			TemplateID *string `json:"templateID"`
+			BuildID    *string `json:"buildID"`
+		}{&b.TemplateID, &b.BuildID})
+	}
+	if err != nil || b.TemplateID == "" || b.BuildID == "" {
+		t.Fatalf("POST /v3/templates: %v %v", r, err)
+	}
+	spec := map[string]any{
+		"fromTemplate": "base",
+		"steps": []map[string]any{
+			{"type": "USER", "args": []string{"root"}},
+			{"type": "RUN", "args": []string{run}},
+			{"type": "USER", "args": []string{"user"}},
+		},
+		"startCmd": start, "readyCmd": ready,
+	}
+	if r, err := c.call(ctx, c.apiKey, "POST", "/v2/templates/"+b.TemplateID+"/builds/"+b.BuildID, spec); err != nil || r.status >= 300 {
+		t.Fatalf("starting the build: %v %v", r, err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		r, err := c.call(ctx, c.apiKey, "GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/status", nil)
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err == nil {
+			err = json.Unmarshal(r.body, &st)
+		}
+		switch {
+		case err != nil:
+			t.Fatalf("the build's status: %v %v", r, err)
+		case st.Status == "ready":
+			return b
+		case st.Status == "error":
+			t.Fatalf("the build failed: %s", r.body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the build did not end within 3 minutes")
+	return b
+}
+
+// checkStarted checks a sandbox of the template: the build step's file
+// is there, and the start command runs and counts; it returns the ID the
+// start command drew (the same in every sandbox restored from the
+// template's checkpoint, a new one in a sandbox that booted).
+func (c *cluster) checkStarted(ctx context.Context, t *testing.T, sb sandbox, marker, where string) string {
+	t.Helper()
+	r, err := c.exec(ctx, sb, `cat /etc/warren-blob-marker; kill -0 "$(cat /tmp/start.pid)" && echo running; a=$(cat /tmp/ticks); sleep 0.5; b=$(cat /tmp/ticks); [ "$b" -gt "$a" ] && echo counting; cat /tmp/start.id`)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if err != nil || r.exit != 0 || len(lines) != 4 || lines[0] != marker || lines[1] != "running" || lines[2] != "counting" || lines[3] == "" {
+		t.Fatalf("the template's sandbox %s: %v %+v (wanted its build step's file %q, its start command running and counting)", where, err, r, marker)
+	}
+	return lines[3]
 }
