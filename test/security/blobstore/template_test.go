@@ -107,7 +107,7 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		if err != nil || r.status < 500 || !strings.Contains(string(r.body), "corrupt") {
 			t.Errorf("a create from a corrupted layer blob: %v %v (wanted a 5xx saying the blob is corrupt)", r, err)
 		} else {
-			t.Logf("corrupted layer refused: %s", r)
+			t.Logf("corrupted blob refused: %s", r)
 		}
 		if left := pullLeftovers(b.dataDir, built.BuildID); len(left) > 0 {
 			t.Errorf("B kept what it fetched of a corrupted blob: %v", left)
