@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A sandbox whose runsc sandbox process is killed from the host (an OOM
@@ -55,7 +56,7 @@ func TestReconcilerRemovesASandboxWhoseRuntimeDied(t *testing.T) {
 		rec, _ := st.GetSandbox(ctx, victim.ID)
 		t.Fatalf("15 s after its runsc sandbox process was killed the store still has it %s", rec.State)
 	}
-	if _, err := e.mgr.Get(ctx, "t1", victim.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := e.mgr.Get(ctx, team.MustParse("t1"), victim.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of the dead sandbox: %v, want ErrNotFound", err)
 	}
 
@@ -92,7 +93,7 @@ func TestReconcilerRemovesASandboxWhoseRuntimeDied(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", victim.ID)); !os.IsNotExist(err) {
 		t.Errorf("its root filesystem is left: %v", err)
 	}
-	if got, err := e.mgr.Get(ctx, "t1", neighbour.ID); err != nil || got.State != store.StateRunning {
+	if got, err := e.mgr.Get(ctx, team.MustParse("t1"), neighbour.ID); err != nil || got.State != store.StateRunning {
 		t.Fatalf("the neighbour: %+v %v", got, err)
 	}
 	if out := run(t, e.mgr, neighbour, "echo ok"); strings.TrimSpace(out) != "ok" {
