@@ -145,6 +145,13 @@ func (k *Keeper) Upload(ctx context.Context, team string, img *image.Template, b
 	if err != nil {
 		return blobstore.Digest{}, fmt.Errorf("imageblob: the manifest of %s: %w", img.ID, err)
 	}
+	parts := append(append([]Part(nil), m.Layers...), mp)
+	if m.Snapshot != nil {
+		parts = append(parts, *m.Snapshot)
+	}
+	if err := k.stillStored(ctx, team, parts); err != nil {
+		return blobstore.Digest{}, err
+	}
 	d, _ := blobstore.ParseDigest(mp.Digest)
 	k.log().Info("image stored in the blob store", "image", img.ID, "manifest", mp.Digest, "bytes", bytes+mp.Size,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -186,6 +193,27 @@ func (k *Keeper) put(ctx context.Context, team, kind, id string, record Record, 
 		return Part{}, err
 	}
 	return Part{ID: id, Digest: d.String(), Size: size}, nil
+}
+
+// stillStored checks that every blob of parts is in the store. A delete
+// of another template of the team, which released a blob just before
+// this build recorded it and removed it just after Put found it there,
+// would leave the image without it: it is whole only if each blob still
+// is once all are stored.
+func (k *Keeper) stillStored(ctx context.Context, team string, parts []Part) error {
+	for _, p := range parts {
+		if p.Digest == "" {
+			continue // built in
+		}
+		d, err := blobstore.ParseDigest(p.Digest)
+		if err != nil {
+			return err
+		}
+		if _, err := k.Blobs.Stat(ctx, team, d); err != nil {
+			return fmt.Errorf("imageblob: blob %s (%s) is gone from the store since it was stored (a template of the team was deleted meanwhile?); build again: %w", p.Digest, p.ID, err)
+		}
+	}
+	return nil
 }
 
 // ErrBuiltinMissing: an image's layer is a built-in template's, which is

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,6 +146,16 @@ func TestUploadFetch(t *testing.T) {
 		if info.Size > 1<<20 {
 			t.Errorf("blob %s holds %d bytes: holes were stored", info.Digest, info.Size)
 		}
+	}
+	// The same image again (its files read meanwhile): the same blobs.
+	if _, err := os.ReadFile(filepath.Join(a.images.LayerDir("step-abc"), "etc/marker")); err != nil {
+		t.Fatal(err)
+	}
+	if d2, _ := upload(t, a, "team1", img); d2 != d {
+		t.Errorf("the same image stored again has another manifest: %s, then %s", d, d2)
+	}
+	if again, err := blobs.List(ctx, "team1"); err != nil || len(again) != 3 {
+		t.Errorf("the same image stored again: %d blobs (%v), want the same 3", len(again), err)
 	}
 
 	// b has the built-in layer (setup made it), not the rest.
@@ -293,5 +304,40 @@ func TestFetchRefuses(t *testing.T) {
 	n := newNode(t, blobs)
 	if err := n.keeper.Fetch(ctx, "team1", "build-1", d, "node-a"); !errors.Is(err, ErrBuiltinMissing) || !strings.Contains(err.Error(), "base-v1") {
 		t.Errorf("without the built-in layer: %v", err)
+	}
+}
+
+// deletingStore is a blob store in which another template's delete
+// removes a blob right after a Put found it there.
+type deletingStore struct {
+	blobstore.Store
+	victim blobstore.Digest
+}
+
+func (s *deletingStore) Put(ctx context.Context, team string, d blobstore.Digest, size int64, r io.Reader) error {
+	err := s.Store.Put(ctx, team, d, size, r)
+	if d == s.victim {
+		s.Store.Delete(ctx, team, d)
+	}
+	return err
+}
+
+// An upload whose blob another template's delete removed meanwhile
+// fails, naming it, rather than report an image the store lacks.
+func TestUploadSeesABlobDeletedMeanwhile(t *testing.T) {
+	local, err := blobstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newNode(t, local)
+	img := built(t, a)
+	_, recs := upload(t, a, "team1", img) // to learn the layer's digest
+	layer, _ := blobstore.ParseDigest(recs[0].digest)
+	b := newNode(t, &deletingStore{Store: local, victim: layer})
+	b.keeper.Images = a.images
+	_, err = b.keeper.Upload(context.Background(), "team1", img, func(l string) bool { return l == "base-v1" },
+		func(context.Context, string, blobstore.Digest) error { return nil })
+	if !errors.Is(err, blobstore.ErrNotFound) || !strings.Contains(err.Error(), "step-abc") {
+		t.Errorf("an upload whose layer was deleted meanwhile: %v", err)
 	}
 }
