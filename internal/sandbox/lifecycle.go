@@ -417,6 +417,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 			return err
 		}
 		committed = true
+		m.faultPoint("resume-before-restore", l.id)
 		return nil
 	})
 	if err != nil {
@@ -431,6 +432,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 		}
 		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
 	}
+	m.faultPoint("resume-after-restore", l.id)
 	booted := !opts.Memory || parked.Checkpoint == ""
 	if booted {
 		err = initEnvd(ctx, inst, l.transport, rec.EnvdAccessToken, rec, m.templateEnvs(rec))
