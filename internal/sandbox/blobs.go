@@ -256,9 +256,9 @@ func (m *Manager) collectBlobs() {
 	}
 }
 
-// CollectBlobs removes every team's blobs that no sandbox record or
-// snapshot record names and that were stored before before; it returns
-// how many it removed.
+// CollectBlobs removes every team's blobs that no sandbox record, no
+// snapshot record and no template build (nameBuildBlobs) names and that
+// were stored before before; it returns how many it removed.
 // Every node sharing the store may run it: removals are idempotent.
 func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, before time.Time) (int, error) {
 	teams, err := st.ListTeams(ctx)
@@ -281,6 +281,10 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 	removed := 0
 	var errs []error
 	for _, t := range teams {
+		if err := nameBuildBlobs(ctx, st, t.ID, named); err != nil {
+			errs = append(errs, err)
+			continue // not knowing what its templates use, remove none of its blobs
+		}
 		infos, err := blobs.List(ctx, t.ID)
 		if err != nil {
 			errs = append(errs, err)

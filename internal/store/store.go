@@ -267,6 +267,7 @@ type Store interface {
 	ClaimStore
 	RouteStore
 	DiskUsageStore
+	BuildBlobStore
 	EventStore
 	SnapshotBlobStore
 

@@ -60,6 +60,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/imageblob"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -166,6 +167,9 @@ type Builder struct {
 	// fetching holds the snapshot fetches from the blob store under way,
 	// by build ID (snapshotblobs.go); guarded by mu.
 	fetching map[string]chan struct{}
+	// imageBlobs keeps built images in the blob store (UseBlobStore);
+	// guarded by mu.
+	imageBlobs *imageblob.Keeper
 }
 
 // New returns a Builder; call Start before serving.
