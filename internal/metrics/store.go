@@ -344,3 +344,15 @@ func (ts *timedStore) PendingDeliveries(ctx context.Context) (int, error) {
 func (ts *timedStore) PruneEvents(ctx context.Context, before time.Time) (int, error) {
 	return timed(ts, "PruneEvents", func() (int, error) { return ts.Store.PruneEvents(ctx, before) })
 }
+
+func (ts *timedStore) CreateDashboardSession(ctx context.Context, s store.DashboardSession, maxPerTeam, maxTotal int) error {
+	return timed0(ts, "CreateDashboardSession", func() error { return ts.Store.CreateDashboardSession(ctx, s, maxPerTeam, maxTotal) })
+}
+
+func (ts *timedStore) DashboardSession(ctx context.Context, idHash string, now time.Time) (store.DashboardSession, error) {
+	return timed(ts, "DashboardSession", func() (store.DashboardSession, error) { return ts.Store.DashboardSession(ctx, idHash, now) })
+}
+
+func (ts *timedStore) DeleteDashboardSession(ctx context.Context, idHash string) error {
+	return timed0(ts, "DeleteDashboardSession", func() error { return ts.Store.DeleteDashboardSession(ctx, idHash) })
+}

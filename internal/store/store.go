@@ -268,6 +268,7 @@ type Store interface {
 	RouteStore
 	DiskUsageStore
 	EventStore
+	DashboardSessionStore
 
 	Close() error
 }
