@@ -7,15 +7,17 @@
 // proxy; kill from the list; team B's session sees none of team A's; the
 // nodes page on an api's admin listener lists both nodes, and cordon and
 // drain from it reach the store and the node. One cluster, one sandbox
-// per team. Screenshots of each page under the test's temp dir, named by
-// page.
+// per team. Chromium runs in a network namespace of its own, so that the
+// nodes' veths coming and going do not abort its requests
+// (setup/isolated-browser.mjs). Screenshots of each page under the test's
+// temp dir, named by page.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import puppeteer from 'puppeteer-core'
 import { Sandbox } from 'e2b'
+import { launchIsolatedBrowser } from '../setup/isolated-browser.mjs'
 import { startCluster } from '../setup/start-cluster.mjs'
 import { freePort, warrenBinary } from '../setup/start-warren.mjs'
 
@@ -23,7 +25,7 @@ const chromium = process.env.CHROMIUM || '/usr/bin/chromium'
 const shots = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-dashboard-cluster-'))
 const run = `dcl${Date.now()}`
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-let c, browser, page, sbx, other, otherKey, adminUrl
+let c, isolated, browser, page, sbx, other, otherKey, adminUrl
 
 async function shot(name, p = page) {
   const file = path.join(shots, `${name}.png`)
@@ -31,50 +33,25 @@ async function shot(name, p = page) {
   console.log(`dashboard screenshot (${name}): ${file}`)
 }
 
-// watch keeps the requests of p that have not ended, for a failure to print.
-const pending = new Map()
+// watch logs what a page failed to load or run, for a failed test.
 function watch(p) {
-  const set = new Set()
-  pending.set(p, set)
-  p.on('request', (r) => set.add(r))
-  p.on('requestfinished', (r) => set.delete(r))
-  p.on('requestfailed', (r) => { set.delete(r); console.error('request failed:', r.url(), r.failure()?.errorText) })
+  p.on('requestfailed', (r) => console.error('request failed:', r.url(), r.failure()?.errorText))
   p.on('pageerror', (e) => console.error('dashboard page error:', e.message))
 }
 
-// Chromium aborts the requests in flight (net::ERR_NETWORK_CHANGED, even
-// to loopback) whenever the host's interfaces change, and this test's
-// nodes (or any Warren beside it) add and remove sandboxes' veths. So a
-// page load or a terminal's connection that such an abort broke is tried
-// again, at most 3 times, each retry logged: the checks after it are the
-// same.
-async function retried(what, p, fn) {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn()
-    } catch (e) {
-      const open = [...(pending.get(p) || [])].map((r) => r.url())
-      const main = await p.$eval('main', (m) => m.outerHTML.slice(0, 300)).catch(() => '?')
-      if (i === 3) throw new Error(`${what}: ${e.message}; requests open: ${open.join(' ') || 'none'}; the page at ${p.url()} shows ${main}`)
-      console.error(`${what}: try ${i} failed (${e.message}); the page shows ${main}; again`)
-    }
-  }
+// open loads url in p and waits for ready (a selector).
+async function open(p, url, ready) {
+  await p.goto(url)
+  await p.waitForSelector(ready, { timeout: 15_000 })
 }
 
-// open loads url in p until ready (a selector) shows.
-const open = (p, url, ready) => retried(`open ${url}`, p, async () => {
-  await p.goto(url)
-  await p.waitForSelector(ready, { timeout: 10_000 })
-})
-
-// signIn signs p in at base's dashboard with key, until ready shows.
-const signIn = (p, base, key, ready) => retried(`sign in at ${base}`, p, async () => {
-  await p.goto(`${base}/dashboard/`)
-  await p.waitForSelector('#key', { timeout: 10_000 })
+// signIn signs p in at base's dashboard with key, and waits for ready.
+async function signIn(p, base, key, ready) {
+  await open(p, `${base}/dashboard/`, '#key')
   await p.type('#key', key)
   await p.click('form.card button[type=submit]')
-  await p.waitForSelector(ready, { timeout: 10_000 })
-})
+  await p.waitForSelector(ready, { timeout: 15_000 })
+}
 
 // apiURL is api process i's address.
 const apiURL = (i) => c.apis[i].opts.apiUrl
@@ -86,13 +63,14 @@ beforeAll(async () => {
   if (!existsSync(chromium)) throw new Error(`${chromium} is missing: run scripts/install-deps.sh (it installs Debian's chromium)`)
   const adminPort = await freePort()
   adminUrl = `http://127.0.0.1:${adminPort}`
-  ;[c, browser] = await Promise.all([
-    startCluster({
-      nodes: { dna: { prefix: 'wdca', net16: 171 }, dnb: { prefix: 'wdcb', net16: 172 } }, apis: 2, poolSize: 0,
-      apiArgs: [['--admin-addr', `127.0.0.1:${adminPort}`]],
-    }),
-    puppeteer.launch({ executablePath: chromium, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] }),
-  ])
+  c = await startCluster({
+    nodes: { dna: { prefix: 'wdca', net16: 171 }, dnb: { prefix: 'wdcb', net16: 172 } }, apis: 2, poolSize: 0,
+    apiArgs: [['--admin-addr', `127.0.0.1:${adminPort}`]],
+  })
+  // In a network namespace of its own, where only the apis' and the
+  // admin listener's ports reach the host (setup/isolated-browser.mjs).
+  isolated = await launchIsolatedBrowser({ chromium, ports: [c.apis[0].port, c.apis[1].port, adminPort] })
+  browser = isolated.browser
   const out = execFileSync(warrenBinary, ['keys', 'create', '--store', c.storeURL, '--team', `${run}-b`, '--name', 'dashboard cluster'],
     { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
   otherKey = out.match(/\n(e2b_[0-9a-f]{40})/)?.[1]
@@ -108,7 +86,7 @@ beforeAll(async () => {
 }, 120_000)
 
 afterAll(async () => {
-  await browser?.close()
+  await isolated?.close()
   // The cluster's stop kills team A's sandboxes; team B's is this file's.
   await other?.kill().catch(() => {})
   await c?.stop()
@@ -134,15 +112,13 @@ describe('dashboard in a cluster', () => {
   })
 
   test('the sandbox page through api B: the terminal runs echo through the cluster proxy', async () => {
-    await retried('the terminal', page, async () => {
-      await open(page, `${apiURL(1)}/dashboard/#/sandboxes/${sbx.sandboxId}`, '#terminal-start')
-      await page.click('#terminal-start')
-      await page.waitForFunction(() => document.getElementById('terminal-status').textContent.startsWith('Connected'), { timeout: 10_000 })
-      await page.click('#terminal')
-      await page.keyboard.type(`echo term-$((6*7))-${run} $(hostname)\n`)
-      await page.waitForFunction((t) => document.querySelector('#terminal .xterm-rows')?.textContent.includes(t), { timeout: 10_000 },
-        `term-42-${run} ${sbx.sandboxId}`)
-    })
+    await open(page, `${apiURL(1)}/dashboard/#/sandboxes/${sbx.sandboxId}`, '#terminal-start')
+    await page.click('#terminal-start')
+    await page.waitForFunction(() => document.getElementById('terminal-status').textContent.startsWith('Connected'), { timeout: 15_000 })
+    await page.click('#terminal')
+    await page.keyboard.type(`echo term-$((6*7))-${run} $(hostname)\n`)
+    await page.waitForFunction((t) => document.querySelector('#terminal .xterm-rows')?.textContent.includes(t), { timeout: 15_000 },
+      `term-42-${run} ${sbx.sandboxId}`)
     await shot('sandbox')
   })
 
