@@ -8,7 +8,13 @@
 // nodes', and any other server's on the machine). In a namespace of its
 // own the browser sees only its loopback. Only the listed ports are
 // reached, and only on loopback.
+//
+// The namespace is entered with nsenter --net, not `ip netns exec`, which
+// also makes a mount namespace of its own: that copy of the host's mounts
+// would hold sandboxes' disks mounted after the server unmounts them (a
+// pause, then a resume, failed on it).
 import { spawn, execFileSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync, writeFileSync, chmodSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
@@ -32,7 +38,7 @@ for (const p of ports) {
 
 export async function launchIsolatedBrowser({ ports, chromium = '/usr/bin/chromium', name }) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-browser-'))
-  const ns = name || `wbr${process.pid}`
+  const ns = name || `wbr${process.pid}-${randomBytes(3).toString('hex')}`
   const servers = []
   let fwd
   const close = async () => {
@@ -56,7 +62,7 @@ export async function launchIsolatedBrowser({ ports, chromium = '/usr/bin/chromi
       servers.push(s)
     }
     writeFileSync(path.join(dir, 'inner.mjs'), inner)
-    fwd = spawn('ip', ['netns', 'exec', ns, process.execPath, path.join(dir, 'inner.mjs'), dir, ...ports.map(String)], { stdio: ['ignore', 'pipe', 'inherit'] })
+    fwd = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, path.join(dir, 'inner.mjs'), dir, ...ports.map(String)], { stdio: ['ignore', 'pipe', 'inherit'] })
     await new Promise((resolve, reject) => {
       fwd.stdout.on('data', (d) => d.toString().includes('ready') && resolve())
       fwd.on('exit', (code) => reject(new Error(`the namespace's forwarder exited (${code})`)))
@@ -64,7 +70,7 @@ export async function launchIsolatedBrowser({ ports, chromium = '/usr/bin/chromi
     // Chromium in the namespace, driven over a pipe (its debugging port
     // would be in the namespace).
     const wrapper = path.join(dir, 'chromium.sh')
-    writeFileSync(wrapper, `#!/bin/sh\nexec ip netns exec ${ns} ${chromium} "$@"\n`)
+    writeFileSync(wrapper, `#!/bin/sh\nexec nsenter --net=/run/netns/${ns} ${chromium} "$@"\n`)
     chmodSync(wrapper, 0o755)
     const browser = await puppeteer.launch({ executablePath: wrapper, pipe: true, headless: true,
       args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] })
