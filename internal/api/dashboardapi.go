@@ -71,7 +71,7 @@ func (s *Server) sandboxesMetrics(w http.ResponseWriter, r *http.Request) {
 	out := map[string]gen.SandboxMetric{}
 	since := time.Now().Add(-time.Minute) // samples come every few seconds
 	for _, id := range ids {
-		ms, err := s.cfg.Sandboxes.Metrics(r.Context(), teamOf(r), id, since, time.Time{})
+		ms, err := s.cfg.Sandboxes.Metrics(r.Context(), teamIDOf(r), id, since, time.Time{})
 		if errors.Is(err, sandbox.ErrNotFound) {
 			continue
 		}

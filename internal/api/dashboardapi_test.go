@@ -10,13 +10,15 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/template"
 )
 
 // teamMetrics answers Metrics for team t1's sandboxes a and b only.
 type teamMetrics struct{ *fakeSandboxes }
 
-func (f teamMetrics) Metrics(_ context.Context, team, id string, _, _ time.Time) ([]sandbox.Metric, error) {
+func (f teamMetrics) Metrics(_ context.Context, tid team.ID, id string, _, _ time.Time) ([]sandbox.Metric, error) {
+	team := tid.String()
 	if team != "t1" || (id != "a" && id != "b") {
 		return nil, sandbox.ErrNotFound
 	}

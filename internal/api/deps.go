@@ -9,6 +9,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/template"
 	"github.com/warren-sandbox/warren/internal/volume"
 )
@@ -18,19 +19,19 @@ import (
 // fuzzed without a node.
 type Sandboxes interface {
 	Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error)
-	Get(ctx context.Context, teamID, id string) (store.Sandbox, error)
-	List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error)
-	Kill(ctx context.Context, teamID, id string) error
-	SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error
-	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
-	Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error)
-	Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error)
-	ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
-	Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
-	Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error)
-	Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
-	UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error
-	NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error)
+	Get(ctx context.Context, teamID team.ID, id string) (store.Sandbox, error)
+	List(ctx context.Context, teamID team.ID, f store.SandboxFilter) ([]store.Sandbox, error)
+	Kill(ctx context.Context, teamID team.ID, id string) error
+	SetTimeout(ctx context.Context, teamID team.ID, id string, timeout time.Duration) error
+	Refresh(ctx context.Context, teamID team.ID, id string, d time.Duration) error
+	Connect(ctx context.Context, teamID team.ID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error)
+	Pause(ctx context.Context, teamID team.ID, id string, keepMemory bool) (bool, error)
+	ResumeSandbox(ctx context.Context, teamID team.ID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error)
+	Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error)
+	Metrics(ctx context.Context, teamID team.ID, id string, start, end time.Time) ([]sandbox.Metric, error)
+	Logs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error)
+	UpdateNetwork(ctx context.Context, teamID team.ID, id string, u sandbox.NetworkUpdate) error
+	NetworkLogs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]egress.Entry, error)
 }
 
 // Templates is what the API needs of the template builder (*template.Builder).

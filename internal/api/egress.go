@@ -109,7 +109,7 @@ func (s *Server) UpdateSandboxNetwork(w http.ResponseWriter, r *http.Request, id
 	if !readJSON(w, r, &body, false) {
 		return
 	}
-	err := s.cfg.Sandboxes.UpdateNetwork(r.Context(), teamOf(r), id, sandbox.NetworkUpdate{
+	err := s.cfg.Sandboxes.UpdateNetwork(r.Context(), teamIDOf(r), id, sandbox.NetworkUpdate{
 		AllowOut: deref(body.AllowOut), DenyOut: deref(body.DenyOut), Rules: rulesOf(body.Rules),
 		EgressProxy: egressProxyOf(body.EgressProxy), AllowInternetAccess: body.AllowInternetAccess,
 	})
@@ -326,7 +326,7 @@ func (s *Server) GetSandboxLogsV2(w http.ResponseWriter, r *http.Request, id gen
 	}
 	var entries []gen.SandboxLogEntry
 	if source != "network" {
-		logs, err := s.cfg.Sandboxes.Logs(r.Context(), teamOf(r), id, start, 0)
+		logs, err := s.cfg.Sandboxes.Logs(r.Context(), teamIDOf(r), id, start, 0)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -340,7 +340,7 @@ func (s *Server) GetSandboxLogsV2(w http.ResponseWriter, r *http.Request, id gen
 		}
 	}
 	if source != "envd" {
-		audit, err := s.cfg.Sandboxes.NetworkLogs(r.Context(), teamOf(r), id, start, 0)
+		audit, err := s.cfg.Sandboxes.NetworkLogs(r.Context(), teamIDOf(r), id, start, 0)
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/template"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -85,10 +86,11 @@ func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (st
 		return f.create(req)
 	}
 	now := time.Now()
-	return store.Sandbox{ID: "sbx1", TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, StartedAt: now, EndAt: now.Add(req.Timeout)}, nil
+	return store.Sandbox{ID: "sbx1", TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, StartedAt: now, EndAt: now.Add(req.Timeout)}, nil
 }
 
-func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox, error) {
+func (f *fakeSandboxes) Get(_ context.Context, tid team.ID, id string) (store.Sandbox, error) {
+	teamID := tid.String()
 	f.called("Get")
 	if f.get != nil {
 		return f.get(teamID, id)
@@ -96,7 +98,8 @@ func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox
 	return store.Sandbox{}, sandbox.ErrNotFound
 }
 
-func (f *fakeSandboxes) UpdateNetwork(_ context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+func (f *fakeSandboxes) UpdateNetwork(_ context.Context, tid team.ID, id string, u sandbox.NetworkUpdate) error {
+	teamID := tid.String()
 	f.called("UpdateNetwork")
 	if f.update != nil {
 		return f.update(teamID, id, u)
@@ -104,32 +107,33 @@ func (f *fakeSandboxes) UpdateNetwork(_ context.Context, teamID, id string, u sa
 	return nil
 }
 
-func (f *fakeSandboxes) NetworkLogs(context.Context, string, string, time.Time, int) ([]egress.Entry, error) {
+func (f *fakeSandboxes) NetworkLogs(context.Context, team.ID, string, time.Time, int) ([]egress.Entry, error) {
 	f.called("NetworkLogs")
 	return f.network, nil
 }
 
-func (f *fakeSandboxes) List(_ context.Context, teamID string, _ store.SandboxFilter) ([]store.Sandbox, error) {
+func (f *fakeSandboxes) List(_ context.Context, _ team.ID, _ store.SandboxFilter) ([]store.Sandbox, error) {
 	f.called("List")
 	return nil, nil
 }
 
-func (f *fakeSandboxes) Kill(context.Context, string, string) error {
+func (f *fakeSandboxes) Kill(context.Context, team.ID, string) error {
 	f.called("Kill")
 	return nil
 }
 
-func (f *fakeSandboxes) SetTimeout(context.Context, string, string, time.Duration) error {
+func (f *fakeSandboxes) SetTimeout(context.Context, team.ID, string, time.Duration) error {
 	f.called("SetTimeout")
 	return nil
 }
 
-func (f *fakeSandboxes) Refresh(context.Context, string, string, time.Duration) error {
+func (f *fakeSandboxes) Refresh(context.Context, team.ID, string, time.Duration) error {
 	f.called("Refresh")
 	return nil
 }
 
-func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
+func (f *fakeSandboxes) Connect(_ context.Context, tid team.ID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
+	teamID := tid.String()
 	f.called("Connect")
 	f.mu.Lock()
 	f.last = []any{teamID, id, timeout, memory}
@@ -140,7 +144,8 @@ func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, timeout ti
 	return store.Sandbox{ID: "sbx1"}, false, nil
 }
 
-func (f *fakeSandboxes) Pause(_ context.Context, teamID, id string, memory bool) (bool, error) {
+func (f *fakeSandboxes) Pause(_ context.Context, tid team.ID, id string, memory bool) (bool, error) {
+	teamID := tid.String()
 	f.called("Pause")
 	if f.pause != nil {
 		return f.pause(teamID, id, memory)
@@ -148,7 +153,8 @@ func (f *fakeSandboxes) Pause(_ context.Context, teamID, id string, memory bool)
 	return true, nil
 }
 
-func (f *fakeSandboxes) ResumeSandbox(_ context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+func (f *fakeSandboxes) ResumeSandbox(_ context.Context, tid team.ID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+	teamID := tid.String()
 	f.called("ResumeSandbox")
 	if f.resume != nil {
 		return f.resume(teamID, id, opts)
@@ -156,7 +162,8 @@ func (f *fakeSandboxes) ResumeSandbox(_ context.Context, teamID, id string, opts
 	return store.Sandbox{ID: id, TeamID: teamID}, nil
 }
 
-func (f *fakeSandboxes) Fork(_ context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (f *fakeSandboxes) Fork(_ context.Context, tid team.ID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
+	teamID := tid.String()
 	f.called("Fork")
 	if f.fork != nil {
 		return f.fork(teamID, id, timeout, count)
@@ -168,12 +175,12 @@ func (f *fakeSandboxes) Fork(_ context.Context, teamID, id string, timeout time.
 	return out, nil
 }
 
-func (f *fakeSandboxes) Metrics(context.Context, string, string, time.Time, time.Time) ([]sandbox.Metric, error) {
+func (f *fakeSandboxes) Metrics(context.Context, team.ID, string, time.Time, time.Time) ([]sandbox.Metric, error) {
 	f.called("Metrics")
 	return f.metrics, nil
 }
 
-func (f *fakeSandboxes) Logs(context.Context, string, string, time.Time, int) ([]sandbox.LogEntry, error) {
+func (f *fakeSandboxes) Logs(context.Context, team.ID, string, time.Time, int) ([]sandbox.LogEntry, error) {
 	f.called("Logs")
 	return f.logs, nil
 }

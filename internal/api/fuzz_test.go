@@ -60,7 +60,7 @@ func FuzzCreateSandboxBody(f *testing.F) {
 			w := hs.do("POST", path, keyTeam1, body)
 			checkAnswer(t, hs, path+" "+body, w.Code, w.Body.Bytes())
 			for _, req := range got {
-				if req.TemplateID == "" || req.TeamID != "t1" || req.Timeout < 0 || req.Timeout > MaxTimeout {
+				if req.TemplateID == "" || req.TeamID.String() != "t1" || req.Timeout < 0 || req.Timeout > MaxTimeout {
 					t.Fatalf("%s %q reached the manager as %+v", path, body, req)
 				}
 			}

@@ -69,7 +69,7 @@ func TestCreateTakesIAM(t *testing.T) {
 	var got *sandbox.IAM
 	hs.sandboxes.create = func(req sandbox.CreateRequest) (store.Sandbox, error) {
 		got = req.Extra.IAM
-		return store.Sandbox{ID: "sbx1", TeamID: req.TeamID, TemplateID: req.TemplateID}, nil
+		return store.Sandbox{ID: "sbx1", TeamID: req.TeamID.String(), TemplateID: req.TemplateID}, nil
 	}
 	w := hs.do(http.MethodPost, "/sandboxes", keyTeam1, `{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts.amazonaws.com","tokenType":"JWT-SVID"}}}}`)
 	if w.Code != 201 || got == nil || got.Tokens["aws"] != (sandbox.IAMToken{Audience: "sts.amazonaws.com", TokenType: "JWT-SVID"}) {

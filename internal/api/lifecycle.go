@@ -24,7 +24,7 @@ func (s *Server) PauseSandbox(w http.ResponseWriter, r *http.Request, id gen.San
 	if s.overDiskQuota(w, r, 0, "the pause") {
 		return
 	}
-	paused, err := s.cfg.Sandboxes.Pause(r.Context(), teamOf(r), id, body.Memory == nil || *body.Memory)
+	paused, err := s.cfg.Sandboxes.Pause(r.Context(), teamIDOf(r), id, body.Memory == nil || *body.Memory)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -47,7 +47,7 @@ func (s *Server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id gen.Sa
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rec, err := s.cfg.Sandboxes.ResumeSandbox(r.Context(), teamOf(r), id, sandbox.ResumeOptions{
+	rec, err := s.cfg.Sandboxes.ResumeSandbox(r.Context(), teamIDOf(r), id, sandbox.ResumeOptions{
 		Timeout: timeout, AutoPause: body.AutoPause, Memory: body.Memory == nil || *body.Memory,
 	})
 	if err != nil {
@@ -89,7 +89,7 @@ func (s *Server) ForkSandbox(w http.ResponseWriter, r *http.Request, id gen.Sand
 		return
 	}
 	// The node checks its own disk for the fork's checkpoint.
-	results, err := s.cfg.Sandboxes.Fork(r.Context(), teamOf(r), id, timeout, count)
+	results, err := s.cfg.Sandboxes.Fork(r.Context(), teamIDOf(r), id, timeout, count)
 	if err != nil {
 		s.failStart(w, r, err)
 		return

@@ -45,6 +45,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/reqid"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/template"
 )
 
@@ -206,9 +207,27 @@ func (s *Server) routeAlias(next http.Handler) http.Handler {
 	})
 }
 
+// teamKey carries the authenticated team (a team.ID) of the request.
 type teamKey struct{}
 
-func teamOf(r *http.Request) string { t, _ := r.Context().Value(teamKey{}).(string); return t }
+// withTeam is ctx of a request authenticated as team id (a stored
+// credential's or volume's): an ID team.Parse refuses is an error, so
+// that no request goes on without a team.
+func withTeam(ctx context.Context, id string) (context.Context, error) {
+	t, err := team.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("the credential's team: %w", err)
+	}
+	return context.WithValue(ctx, teamKey{}, t), nil
+}
+
+// teamIDOf is the request's authenticated team: the zero team.ID, which
+// matches nothing, on a request that was not authenticated.
+func teamIDOf(r *http.Request) team.ID { t, _ := r.Context().Value(teamKey{}).(team.ID); return t }
+
+// teamOf is teamIDOf as a string, as the store and the template builder
+// take it: "" (which they match nothing with) when not authenticated.
+func teamOf(r *http.Request) string { return teamIDOf(r).String() }
 
 // kindKey carries the kind of credential the request came with.
 type kindKey struct{}
@@ -270,7 +289,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		ctx := context.WithValue(r.Context(), teamKey{}, key.TeamID)
+		ctx, err := withTeam(r.Context(), key.TeamID)
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, kindKey{}, key.Kind)))
 	})
 }
@@ -511,7 +534,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout time.
 		return
 	}
 	req := sandbox.CreateRequest{
-		TeamID: teamOf(r), TemplateID: body.TemplateID, Timeout: timeout,
+		TeamID: teamIDOf(r), TemplateID: body.TemplateID, Timeout: timeout,
 		Metadata: map[string]string(deref(body.Metadata)), EnvVars: map[string]string(deref(body.EnvVars)),
 		AutoPause: deref(body.AutoPause), AutoPauseMemory: body.AutoPauseMemory, Secure: true,
 		AllowInternetAccess: body.AllowInternetAccess,
@@ -594,7 +617,7 @@ func (s *Server) listedAndExtra(rec store.Sandbox) (gen.ListedSandbox, sandbox.E
 }
 
 func (s *Server) GetSandbox(w http.ResponseWriter, r *http.Request, id gen.SandboxID) {
-	rec, err := s.cfg.Sandboxes.Get(r.Context(), teamOf(r), id)
+	rec, err := s.cfg.Sandboxes.Get(r.Context(), teamIDOf(r), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -621,7 +644,7 @@ func (s *Server) ListSandboxes(w http.ResponseWriter, r *http.Request, params ge
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	recs, err := s.cfg.Sandboxes.List(r.Context(), teamOf(r), store.SandboxFilter{
+	recs, err := s.cfg.Sandboxes.List(r.Context(), teamIDOf(r), store.SandboxFilter{
 		Metadata: meta, States: []store.SandboxState{store.StateRunning}, Desc: true,
 	})
 	if err != nil {
@@ -684,7 +707,7 @@ func (s *Server) ListSandboxesV2(w http.ResponseWriter, r *http.Request, params 
 	}
 	limit := f.Limit
 	f.Limit++ // one more tells whether there is a next page
-	recs, err := s.cfg.Sandboxes.List(r.Context(), teamOf(r), f)
+	recs, err := s.cfg.Sandboxes.List(r.Context(), teamIDOf(r), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -694,7 +717,7 @@ func (s *Server) ListSandboxesV2(w http.ResponseWriter, r *http.Request, params 
 		// filters match, before pagination.
 		all := f
 		all.States, all.After, all.Limit = []store.SandboxState{store.StateRunning}, nil, 0
-		running, err := s.countRunning(r.Context(), teamOf(r), all)
+		running, err := s.countRunning(r.Context(), teamIDOf(r), all)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -719,12 +742,12 @@ func (s *Server) ListSandboxesV2(w http.ResponseWriter, r *http.Request, params 
 // listing: listing a team's 10,000 running sandboxes for it took most of
 // a page's time (test/scale).
 type Counter interface {
-	CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error)
+	CountSandboxes(ctx context.Context, teamID team.ID, f store.SandboxFilter) (int, error)
 }
 
 // countRunning counts what f matches, through the service's Counter when
 // it has one.
-func (s *Server) countRunning(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
+func (s *Server) countRunning(ctx context.Context, teamID team.ID, f store.SandboxFilter) (int, error) {
 	if c, ok := s.cfg.Sandboxes.(Counter); ok {
 		return c.CountSandboxes(ctx, teamID, f)
 	}
@@ -800,7 +823,7 @@ func parseMetadata(p *string) (map[string]string, error) {
 }
 
 func (s *Server) KillSandbox(w http.ResponseWriter, r *http.Request, id gen.SandboxID) {
-	if err := s.cfg.Sandboxes.Kill(r.Context(), teamOf(r), id); err != nil {
+	if err := s.cfg.Sandboxes.Kill(r.Context(), teamIDOf(r), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -823,7 +846,7 @@ func (s *Server) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ge
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.cfg.Sandboxes.SetTimeout(r.Context(), teamOf(r), id, d); err != nil {
+	if err := s.cfg.Sandboxes.SetTimeout(r.Context(), teamIDOf(r), id, d); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -843,7 +866,7 @@ func (s *Server) RefreshSandbox(w http.ResponseWriter, r *http.Request, id gen.S
 			return
 		}
 	}
-	if err := s.cfg.Sandboxes.Refresh(r.Context(), teamOf(r), id, d); err != nil {
+	if err := s.cfg.Sandboxes.Refresh(r.Context(), teamIDOf(r), id, d); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -870,7 +893,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, defT
 	}
 	// memory false: a paused sandbox boots anew on its files (the SDK's
 	// onResume "reboot").
-	rec, resumed, err := s.cfg.Sandboxes.Connect(r.Context(), teamOf(r), id, timeout, body.Memory == nil || *body.Memory)
+	rec, resumed, err := s.cfg.Sandboxes.Connect(r.Context(), teamIDOf(r), id, timeout, body.Memory == nil || *body.Memory)
 	if err != nil {
 		s.failStart(w, r, err)
 		return
@@ -890,7 +913,7 @@ func (s *Server) GetSandboxMetrics(w http.ResponseWriter, r *http.Request, id ge
 	if params.End != nil {
 		end = time.Unix(*params.End, 0).Add(time.Second - 1) // the whole second
 	}
-	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), teamOf(r), id, start, end)
+	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), teamIDOf(r), id, start, end)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -918,7 +941,7 @@ func (s *Server) GetSandboxLogs(w http.ResponseWriter, r *http.Request, id gen.S
 		}
 		limit = int(*params.Limit)
 	}
-	entries, err := s.cfg.Sandboxes.Logs(r.Context(), teamOf(r), id, start, limit)
+	entries, err := s.cfg.Sandboxes.Logs(r.Context(), teamIDOf(r), id, start, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return

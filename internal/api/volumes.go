@@ -68,8 +68,12 @@ func (s *Server) authenticateVolume(next http.Handler, w http.ResponseWriter, r 
 			return
 		}
 	}
-	ctx := context.WithValue(r.Context(), volumeKey{}, v)
-	next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, teamKey{}, v.TeamID)))
+	ctx, err := withTeam(context.WithValue(r.Context(), volumeKey{}, v), v.TeamID)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // failVolume maps the volume manager's errors to statuses.

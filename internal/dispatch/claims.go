@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Places in a team's limit (--max-sandboxes-per-team) across api
@@ -60,19 +61,19 @@ func Claimer(st store.ClaimStore, limit int, now func() time.Time, log *slog.Log
 	}
 }
 
-// admit takes a place in team's limit for one sandbox about to run (none
+// admit takes a place in teamID's limit for one sandbox about to run (none
 // without a limit) and returns what gives it back.
-func (d *Dispatcher) admit(ctx context.Context, team string) (release func(), err error) {
+func (d *Dispatcher) admit(ctx context.Context, teamID team.ID) (release func(), err error) {
 	if d.cfg.MaxPerTeam <= 0 {
 		return func() {}, nil
 	}
-	return Claimer(d.cfg.Store, d.cfg.MaxPerTeam, d.cfg.Now, d.log)(ctx, team)
+	return Claimer(d.cfg.Store, d.cfg.MaxPerTeam, d.cfg.Now, d.log)(ctx, teamID.String())
 }
 
-// admitN takes up to n places in team's limit, as many as it has room
+// admitN takes up to n places in teamID's limit, as many as it has room
 // for: got of them (at least one, else the limit's error), and over, the
 // error of the places it did not get (nil when it got n).
-func (d *Dispatcher) admitN(ctx context.Context, team string, n int) (got int, release func(), over, err error) {
+func (d *Dispatcher) admitN(ctx context.Context, teamID team.ID, n int) (got int, release func(), over, err error) {
 	var releases []func()
 	release = func() {
 		for _, r := range releases {
@@ -80,7 +81,7 @@ func (d *Dispatcher) admitN(ctx context.Context, team string, n int) (got int, r
 		}
 	}
 	for len(releases) < n {
-		r, err := d.admit(ctx, team)
+		r, err := d.admit(ctx, teamID)
 		if errors.Is(err, sandbox.ErrTeamLimit) && len(releases) > 0 {
 			return len(releases), release, err, nil
 		}
@@ -97,15 +98,15 @@ func (d *Dispatcher) admitN(ctx context.Context, team string, n int) (got int, r
 // team's limit (full: the limit's error): it extends the sandbox's term
 // as a connect does (Refresh), which never resumes, and answers full if
 // the sandbox is, or was meanwhile, paused.
-func (d *Dispatcher) connectRunning(ctx context.Context, c *noderpc.Client, rec store.Sandbox, timeout time.Duration, full error) (store.Sandbox, error) {
+func (d *Dispatcher) connectRunning(ctx context.Context, c *noderpc.Client, teamID team.ID, rec store.Sandbox, timeout time.Duration, full error) (store.Sandbox, error) {
 	if rec.State != store.StateRunning {
 		return store.Sandbox{}, full
 	}
-	if err := c.Refresh(ctx, rec.TeamID, rec.ID, timeout); err != nil {
+	if err := c.Refresh(ctx, teamID, rec.ID, timeout); err != nil {
 		return store.Sandbox{}, err
 	}
 	now, err := d.cfg.Store.GetSandbox(ctx, rec.ID)
-	if err != nil || now.TeamID != rec.TeamID || !visible(now.State) {
+	if err != nil || !teamID.Owns(now.TeamID) || !visible(now.State) {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, rec.ID)
 	}
 	if now.State != store.StateRunning {

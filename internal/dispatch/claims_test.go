@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // replicas2 is two api replicas over c's store and nodes, with a team
@@ -106,10 +107,10 @@ func TestResumesHoldTheTeamLimitAcrossReplicas(t *testing.T) {
 			defer wg.Done()
 			var err error
 			if i%2 == 0 {
-				_, err = ds[i%4/2].ResumeSandbox(ctx, "t1", id, sandbox.ResumeOptions{Timeout: time.Minute})
+				_, err = ds[i%4/2].ResumeSandbox(ctx, team.MustParse("t1"), id, sandbox.ResumeOptions{Timeout: time.Minute})
 			} else {
 				var woke bool
-				_, woke, err = ds[i%4/2].Connect(ctx, "t1", id, time.Minute, true)
+				_, woke, err = ds[i%4/2].Connect(ctx, team.MustParse("t1"), id, time.Minute, true)
 				if err == nil && !woke {
 					err = fmt.Errorf("connect to paused %s did not resume it", id)
 				}
@@ -133,14 +134,14 @@ func TestResumesHoldTheTeamLimitAcrossReplicas(t *testing.T) {
 	}
 	// At the limit a connect to a running sandbox still answers (it
 	// resumes nothing), and a resume of a running one is a conflict.
-	if rec, woke, err := ds[0].Connect(ctx, "t1", run[0], time.Minute, true); err != nil || woke || rec.ID != run[0] {
+	if rec, woke, err := ds[0].Connect(ctx, team.MustParse("t1"), run[0], time.Minute, true); err != nil || woke || rec.ID != run[0] {
 		t.Errorf("connect to a running sandbox at the limit: %v %v %v", rec.ID, woke, err)
 	}
-	if _, err := ds[1].ResumeSandbox(ctx, "t1", run[0], sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := ds[1].ResumeSandbox(ctx, team.MustParse("t1"), run[0], sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("resume of a running sandbox at the limit: %v", err)
 	}
 	// Another team's sandbox is not the team's business.
-	if _, err := ds[0].ResumeSandbox(ctx, "t2", paused[0], sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := ds[0].ResumeSandbox(ctx, team.MustParse("t2"), paused[0], sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("another team's resume: %v", err)
 	}
 	// A place freed is a place to resume into; the claims were given back.
@@ -154,7 +155,7 @@ func TestResumesHoldTheTeamLimitAcrossReplicas(t *testing.T) {
 	if _, err := c.st.UpdateSandbox(ctx, run[0], func(s *store.Sandbox) error { s.State = store.StateKilled; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, woke, err := ds[1].Connect(ctx, "t1", still, time.Minute, true); err != nil || !woke {
+	if _, woke, err := ds[1].Connect(ctx, team.MustParse("t1"), still, time.Minute, true); err != nil || !woke {
 		t.Errorf("a connect that resumes into a freed place: %v %v", woke, err)
 	}
 }
@@ -175,7 +176,7 @@ func TestForksHoldTheTeamLimitAcrossReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := ds[i%2].Fork(ctx, "t1", run[i%2], time.Minute, count)
+			res, err := ds[i%2].Fork(ctx, team.MustParse("t1"), run[i%2], time.Minute, count)
 			mu.Lock()
 			defer mu.Unlock()
 			calls++

@@ -29,6 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/template"
 )
 
@@ -165,7 +166,7 @@ func visible(s store.SandboxState) bool {
 
 // Get returns a team's sandbox: running or paused, on a node that is not
 // lost.
-func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+func (d *Dispatcher) Get(ctx context.Context, teamID team.ID, id string) (store.Sandbox, error) {
 	rec, _, err := d.find(ctx, teamID, id)
 	if err != nil {
 		// Paused in the blob store, it outlives its node.
@@ -177,9 +178,9 @@ func (d *Dispatcher) Get(ctx context.Context, teamID, id string) (store.Sandbox,
 }
 
 // find is a team's visible sandbox and its node, which is not lost.
-func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox, store.Node, error) {
+func (d *Dispatcher) find(ctx context.Context, teamID team.ID, id string) (store.Sandbox, store.Node, error) {
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.TeamID != teamID || !visible(rec.State))) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (!teamID.Owns(rec.TeamID) || !visible(rec.State))) {
 		return store.Sandbox{}, store.Node{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
 	}
 	if err != nil {
@@ -197,11 +198,11 @@ func (d *Dispatcher) find(ctx context.Context, teamID, id string) (store.Sandbox
 // They are left out by the store's query, not after it, so that a page
 // holds f.Limit sandboxes when there are that many: a page cut short by
 // a lost node's sandboxes read as the last one, and ended the listing.
-func (d *Dispatcher) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	if teamID == "" {
+func (d *Dispatcher) List(ctx context.Context, teamID team.ID, f store.SandboxFilter) ([]store.Sandbox, error) {
+	if teamID.IsZero() {
 		return nil, nil
 	}
-	f.Teams = store.ForTeam(teamID)
+	f.Teams = teamID.Scope()
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -232,11 +233,11 @@ func (d *Dispatcher) liveNodes(ctx context.Context) ([]string, error) {
 // CountSandboxes is how many of a team's sandboxes List would return for f (its
 // Limit and After aside): counted by node in the store, those on lost
 // nodes left out.
-func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
-	if teamID == "" {
+func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID team.ID, f store.SandboxFilter) (int, error) {
+	if teamID.IsZero() {
 		return 0, nil
 	}
-	f.Teams = store.ForTeam(teamID)
+	f.Teams = teamID.Scope()
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -254,13 +255,13 @@ func (d *Dispatcher) CountSandboxes(ctx context.Context, teamID string, f store.
 }
 
 // on finds a team's sandbox and the client of its node.
-func (d *Dispatcher) on(ctx context.Context, teamID, id string) (*noderpc.Client, error) {
+func (d *Dispatcher) on(ctx context.Context, teamID team.ID, id string) (*noderpc.Client, error) {
 	c, _, err := d.onNode(ctx, teamID, id)
 	return c, err
 }
 
 // onNode is on, with the node's name.
-func (d *Dispatcher) onNode(ctx context.Context, teamID, id string) (*noderpc.Client, string, error) {
+func (d *Dispatcher) onNode(ctx context.Context, teamID team.ID, id string) (*noderpc.Client, string, error) {
 	_, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		return nil, "", err
@@ -288,7 +289,7 @@ func (d *Dispatcher) Create(ctx context.Context, req sandbox.CreateRequest) (sto
 	// (the others pull it first); base is on every node.
 	builtOn := ""
 	if req.TemplateID != baseimage.TemplateID {
-		if bd, err := template.BuildOf(ctx, d.cfg.Store, req.TeamID, req.TemplateID); err == nil {
+		if bd, err := template.BuildOf(ctx, d.cfg.Store, req.TeamID.String(), req.TemplateID); err == nil {
 			builtOn = bd.Node
 		}
 	}
@@ -445,13 +446,13 @@ func (d *Dispatcher) freedOn(node string) {
 	d.mu.Unlock()
 }
 
-func (d *Dispatcher) Kill(ctx context.Context, teamID, id string) error {
+func (d *Dispatcher) Kill(ctx context.Context, teamID team.ID, id string) error {
 	c, node, err := d.onNode(ctx, teamID, id)
 	if err != nil {
 		// Paused in the blob store by a lost node: another node removes
 		// it from the shared stores (resume.go).
 		if rec, cands, merr := d.movable(ctx, teamID, id, err); merr == nil {
-			return d.killAway(ctx, rec, cands)
+			return d.killAway(ctx, teamID, rec, cands)
 		}
 		return err
 	}
@@ -463,7 +464,7 @@ func (d *Dispatcher) Kill(ctx context.Context, teamID, id string) error {
 	return nil
 }
 
-func (d *Dispatcher) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
+func (d *Dispatcher) SetTimeout(ctx context.Context, teamID team.ID, id string, timeout time.Duration) error {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -471,7 +472,7 @@ func (d *Dispatcher) SetTimeout(ctx context.Context, teamID, id string, timeout 
 	return c.SetTimeout(ctx, teamID, id, timeout)
 }
 
-func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Duration) error {
+func (d *Dispatcher) Refresh(ctx context.Context, teamID team.ID, id string, dur time.Duration) error {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -481,7 +482,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, teamID, id string, dur time.Du
 
 // Connect resumes a paused sandbox into a place in its team's limit
 // (claims.go); at the limit it only connects to a running one.
-func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
+func (d *Dispatcher) Connect(ctx context.Context, teamID team.ID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		rec, cands, merr := d.movable(ctx, teamID, id, err)
@@ -504,7 +505,7 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 	c := d.client(n)
 	release, err := d.admit(ctx, teamID)
 	if errors.Is(err, sandbox.ErrTeamLimit) {
-		rec, err := d.connectRunning(ctx, c, rec, timeout, err)
+		rec, err := d.connectRunning(ctx, c, teamID, rec, timeout, err)
 		return rec, false, err
 	}
 	if err != nil {
@@ -533,7 +534,7 @@ func (d *Dispatcher) Connect(ctx context.Context, teamID, id string, timeout tim
 	return out, resumed, err
 }
 
-func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
+func (d *Dispatcher) Pause(ctx context.Context, teamID team.ID, id string, keepMemory bool) (bool, error) {
 	c, node, err := d.onNode(ctx, teamID, id)
 	if err != nil {
 		return false, err
@@ -548,7 +549,7 @@ func (d *Dispatcher) Pause(ctx context.Context, teamID, id string, keepMemory bo
 
 // ResumeSandbox resumes a paused sandbox into a place in its team's
 // limit (claims.go).
-func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID team.ID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
 	rec, n, err := d.find(ctx, teamID, id)
 	if err != nil {
 		rec, cands, merr := d.movable(ctx, teamID, id, err)
@@ -601,7 +602,7 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID, id string, opts 
 // Fork forks on the parent's node (the checkpoint is there), as many
 // children as the team's limit has places for; the others fail as
 // their creates would (claims.go).
-func (d *Dispatcher) Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (d *Dispatcher) Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return nil, err
@@ -636,7 +637,7 @@ func (d *Dispatcher) Fork(ctx context.Context, teamID, id string, timeout time.D
 	return out, nil
 }
 
-func (d *Dispatcher) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error) {
+func (d *Dispatcher) Metrics(ctx context.Context, teamID team.ID, id string, start, end time.Time) ([]sandbox.Metric, error) {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return nil, err
@@ -644,7 +645,7 @@ func (d *Dispatcher) Metrics(ctx context.Context, teamID, id string, start, end 
 	return c.Metrics(ctx, teamID, id, start, end)
 }
 
-func (d *Dispatcher) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+func (d *Dispatcher) Logs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return nil, err
@@ -652,7 +653,7 @@ func (d *Dispatcher) Logs(ctx context.Context, teamID, id string, start time.Tim
 	return c.Logs(ctx, teamID, id, start, limit)
 }
 
-func (d *Dispatcher) UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+func (d *Dispatcher) UpdateNetwork(ctx context.Context, teamID team.ID, id string, u sandbox.NetworkUpdate) error {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -660,7 +661,7 @@ func (d *Dispatcher) UpdateNetwork(ctx context.Context, teamID, id string, u san
 	return c.UpdateNetwork(ctx, teamID, id, u)
 }
 
-func (d *Dispatcher) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+func (d *Dispatcher) NetworkLogs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
 	c, err := d.on(ctx, teamID, id)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // fakeNode is a node's sandbox manager over the shared store: creates
@@ -62,33 +63,40 @@ func (f *fakeNode) Create(ctx context.Context, req sandbox.CreateRequest) (store
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	rec := store.Sandbox{ID: id, TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, Node: f.name,
+	rec := store.Sandbox{ID: id, TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, Node: f.name,
 		StartedAt: time.Now(), EndAt: time.Now().Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata}
 	return rec, f.st.CreateSandbox(ctx, rec)
 }
-func (f *fakeNode) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
+func (f *fakeNode) Get(ctx context.Context, _ team.ID, id string) (store.Sandbox, error) {
 	return f.st.GetSandbox(ctx, id)
 }
-func (f *fakeNode) List(ctx context.Context, team string, sf store.SandboxFilter) ([]store.Sandbox, error) {
+func (f *fakeNode) List(ctx context.Context, _ team.ID, sf store.SandboxFilter) ([]store.Sandbox, error) {
 	return f.st.ListSandboxes(ctx, sf)
 }
-func (f *fakeNode) Kill(ctx context.Context, team, id string) error { return f.note("kill", team, id) }
-func (f *fakeNode) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
+func (f *fakeNode) Kill(ctx context.Context, tid team.ID, id string) error {
+	return f.note("kill", tid.String(), id)
+}
+func (f *fakeNode) SetTimeout(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	team := tid.String()
 	return f.note("timeout", team, id)
 }
-func (f *fakeNode) Refresh(ctx context.Context, team, id string, d time.Duration) error {
+func (f *fakeNode) Refresh(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	team := tid.String()
 	return f.note("refresh", team, id)
 }
-func (f *fakeNode) Connect(ctx context.Context, team, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+func (f *fakeNode) Connect(ctx context.Context, tid team.ID, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+	team := tid.String()
 	if err := f.note("connect", team, id); err != nil {
 		return store.Sandbox{}, false, err
 	}
 	return f.wake(ctx, team, id)
 }
-func (f *fakeNode) Pause(ctx context.Context, team, id string, keep bool) (bool, error) {
+func (f *fakeNode) Pause(ctx context.Context, tid team.ID, id string, keep bool) (bool, error) {
+	team := tid.String()
 	return true, f.note("pause", team, id)
 }
-func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+func (f *fakeNode) ResumeSandbox(ctx context.Context, tid team.ID, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+	team := tid.String()
 	if err := f.note("resume", team, id); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -100,7 +108,8 @@ func (f *fakeNode) ResumeSandbox(ctx context.Context, team, id string, o sandbox
 }
 
 // Fork makes count running children of a team's sandbox, after the gate.
-func (f *fakeNode) Fork(ctx context.Context, team, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (f *fakeNode) Fork(ctx context.Context, tid team.ID, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+	team := tid.String()
 	if err := f.note("fork", team, id); err != nil {
 		return nil, err
 	}
@@ -110,7 +119,7 @@ func (f *fakeNode) Fork(ctx context.Context, team, id string, d time.Duration, c
 	f.hold()
 	out := make([]sandbox.ForkResult, count)
 	for i := range out {
-		out[i].Sandbox, out[i].Err = f.Create(ctx, sandbox.CreateRequest{TeamID: team, TemplateID: "base", Timeout: d})
+		out[i].Sandbox, out[i].Err = f.Create(ctx, sandbox.CreateRequest{TeamID: tid, TemplateID: "base", Timeout: d})
 	}
 	return out, nil
 }
@@ -142,16 +151,20 @@ func (f *fakeNode) hold() {
 		<-gate
 	}
 }
-func (f *fakeNode) Metrics(ctx context.Context, team, id string, start, end time.Time) ([]sandbox.Metric, error) {
+func (f *fakeNode) Metrics(ctx context.Context, tid team.ID, id string, start, end time.Time) ([]sandbox.Metric, error) {
+	team := tid.String()
 	return []sandbox.Metric{{Time: start, CPUCount: 2, MemUsed: 7}}, f.note("metrics", team, id)
 }
-func (f *fakeNode) Logs(ctx context.Context, team, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+func (f *fakeNode) Logs(ctx context.Context, tid team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+	team := tid.String()
 	return nil, f.note("logs", team, id)
 }
-func (f *fakeNode) UpdateNetwork(ctx context.Context, team, id string, u sandbox.NetworkUpdate) error {
+func (f *fakeNode) UpdateNetwork(ctx context.Context, tid team.ID, id string, u sandbox.NetworkUpdate) error {
+	team := tid.String()
 	return f.note("network", team, id)
 }
-func (f *fakeNode) NetworkLogs(ctx context.Context, team, id string, start time.Time, limit int) ([]egress.Entry, error) {
+func (f *fakeNode) NetworkLogs(ctx context.Context, tid team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	team := tid.String()
 	return nil, f.note("networklogs", team, id)
 }
 
@@ -224,7 +237,7 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	on := map[string]int{}
 	var ids []string
 	for range 6 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,12 +261,12 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 		}
 	}
 	for _, id := range onA[:2] {
-		if err := d.Kill(ctx, "t1", id); err != nil {
+		if err := d.Kill(ctx, team.MustParse("t1"), id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 2 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 		if err != nil || rec.Node != "na" {
 			t.Fatalf("a create after two kills on na: %+v %v", rec.Node, err)
 		}
@@ -263,35 +276,35 @@ func TestDispatcherPlacesAndRoutes(t *testing.T) {
 	// Calls go to the sandbox's node, for its team only.
 	id := ids[1] // on nb
 	home := c.nodes[strings.TrimRight(id, "0123456789")]
-	if err := d.Kill(ctx, "t1", id); err != nil {
+	if err := d.Kill(ctx, team.MustParse("t1"), id); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Kill(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := d.Kill(ctx, team.MustParse("t2"), id); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("another team's kill: %v", err)
 	}
-	if _, err := d.Get(ctx, "t2", id); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := d.Get(ctx, team.MustParse("t2"), id); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("another team's get: %v", err)
 	}
 	if got := strings.Join(home.asked, ","); got != "kill t1 "+id {
 		t.Fatalf("the node was asked %q", got)
 	}
-	ms, err := d.Metrics(ctx, "t1", id, time.UnixMilli(1000), time.UnixMilli(2000))
+	ms, err := d.Metrics(ctx, team.MustParse("t1"), id, time.UnixMilli(1000), time.UnixMilli(2000))
 	if err != nil || len(ms) != 1 || ms[0].MemUsed != 7 || !ms[0].Time.Equal(time.UnixMilli(1000)) {
 		t.Fatalf("metrics %+v %v", ms, err)
 	}
 
 	// A node's refusal comes back as the manager's error, message and all.
 	home.set(fmt.Errorf("%w: sandbox %s is being paused", sandbox.ErrConflict, id))
-	if _, err := d.Pause(ctx, "t1", id, true); !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "is being paused") {
+	if _, err := d.Pause(ctx, team.MustParse("t1"), id, true); !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "is being paused") {
 		t.Fatalf("pause: %v", err)
 	}
 	home.set(&sandbox.ResumeError{ID: id, Step: "restore", Err: errors.New("runsc restore: exit 1")})
 	var re *sandbox.ResumeError
-	if _, err := d.ResumeSandbox(ctx, "t1", id, sandbox.ResumeOptions{}); !errors.As(err, &re) || re.Step != "restore" || re.ID != id {
+	if _, err := d.ResumeSandbox(ctx, team.MustParse("t1"), id, sandbox.ResumeOptions{}); !errors.As(err, &re) || re.Step != "restore" || re.ID != id {
 		t.Fatalf("resume: %v", err)
 	}
 	home.set(errors.New("disk on fire"))
-	if err := d.SetTimeout(ctx, "t1", id, time.Minute); err == nil || !kindless(err) {
+	if err := d.SetTimeout(ctx, team.MustParse("t1"), id, time.Minute); err == nil || !kindless(err) {
 		t.Fatalf("an unknown error: %v", err)
 	}
 	home.set(nil)
@@ -357,7 +370,7 @@ func TestConcurrentCreatesSpread(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -396,13 +409,13 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 	// A full node's refusal sends the create to the other.
 	c.nodes["na"].set(fmt.Errorf("%w: node na is full", sandbox.ErrNoCapacity))
 	for range 3 {
-		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+		rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 		if err != nil || rec.Node != "nb" {
 			t.Fatalf("create with na full: %+v %v", rec, err)
 		}
 	}
 	c.nodes["nb"].set(fmt.Errorf("%w: node nb is full", sandbox.ErrNoCapacity))
-	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	_, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "na: ") || !strings.Contains(err.Error(), "nb: ") {
 		t.Fatalf("a full cluster: %v", err)
 	}
@@ -415,17 +428,17 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		return fmt.Errorf("%w: %w: node %s has 10 MB free", sandbox.ErrNoCapacity, sandbox.ErrDiskFull, n)
 	}
 	c.nodes["na"].set(diskFull("na"))
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrDiskFull) {
 		t.Errorf("one disk full, one node without memory: %v", err)
 	}
 	c.nodes["nb"].set(diskFull("nb"))
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Errorf("every node's disk full: %v", err)
 	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)
 
-	recs, err := d.List(ctx, "t1", store.SandboxFilter{})
+	recs, err := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("list: %d %v", len(recs), err)
 	}
@@ -435,19 +448,19 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(cluster.DefaultLostAfter + time.Second)
-	if _, err := d.Get(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "lost") {
+	if _, err := d.Get(ctx, team.MustParse("t1"), recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("get on a lost node: %v", err)
 	}
-	if err := d.Kill(ctx, "t1", recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := d.Kill(ctx, team.MustParse("t1"), recs[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("kill on a lost node: %v", err)
 	}
 	if _, _, err := d.Locate(ctx, recs[0].ID); !errors.Is(err, proxy.ErrNotFound) {
 		t.Fatalf("locate on a lost node: %v", err)
 	}
-	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 0 {
+	if recs, _ := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{}); len(recs) != 0 {
 		t.Fatalf("list shows %d sandboxes of a lost node", len(recs))
 	}
-	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if err != nil || rec.Node != "na" {
 		t.Fatalf("create with nb lost: %+v %v", rec, err)
 	}
@@ -456,7 +469,7 @@ func TestDispatcherAroundFullLostAndCordonedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Fatalf("create with no node ready: %v", err)
 	}
 }
@@ -469,7 +482,7 @@ func TestDispatcherNeedsTheClusterSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	_, err = d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(err.Error(), "unavailable") {
 		t.Fatalf("create with the wrong secret: %v", err)
 	}
@@ -538,7 +551,7 @@ func TestTemplatesGoHome(t *testing.T) {
 	// A snapshot goes to its sandbox's node.
 	c.nodes["na"].templates = map[string]bool{}
 	c.nodes["nb"].templates = map[string]bool{}
-	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+	rec, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +561,7 @@ func TestTemplatesGoHome(t *testing.T) {
 
 	// The template only on the other node: its create ends there.
 	c.nodes[other].templates["tpl1"] = true
-	rec, err = d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl1"})
+	rec, err = d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl1"})
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of a template on %s only: %+v %v", other, rec.Node, err)
 	}
@@ -564,12 +577,12 @@ func TestTemplatesGoHome(t *testing.T) {
 	c.nodes["na"].templates["tpl2"], c.nodes["nb"].templates["tpl2"] = true, true
 	c.nodes["na"].templates["two"], c.nodes["nb"].templates["two"] = true, true
 	for _, ref := range []string{"tpl2", "two", "tpl2", "two"} {
-		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: ref}); err != nil || rec.Node != builder {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: ref}); err != nil || rec.Node != builder {
 			t.Fatalf("create of %s (built on %s): %+v %v", ref, builder, rec.Node, err)
 		}
 	}
 	// Nowhere: the node's 404, not a 503.
-	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "nosuch"}); !errors.Is(err, sandbox.ErrTemplateNotFound) {
+	if _, err := d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "nosuch"}); !errors.Is(err, sandbox.ErrTemplateNotFound) {
 		t.Fatalf("create of a template no node has: %v", err)
 	}
 }
@@ -588,12 +601,12 @@ func TestWarmNodesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"})
+	rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl3"})
 	if err != nil || rec.Node != other {
 		t.Fatalf("create of tpl3, warm on %s, home %s: %+v %v", other, home.Name, rec.Node, err)
 	}
 	// Its one warm sandbox is taken: the next goes by load, to the other.
-	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
+	if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl3"}); err != nil || rec.Node != home.Name {
 		t.Fatalf("the second create of tpl3: %+v %v", rec.Node, err)
 	}
 	w := func(t map[string]int) store.NodeUsage { return store.NodeUsage{Warm: t} }
@@ -640,12 +653,12 @@ func TestAKillMakesNoWarmSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	if err := c.d.Kill(ctx, "t1", "old"); err != nil {
+	if err := c.d.Kill(ctx, team.MustParse("t1"), "old"); err != nil {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
 	for range 2 {
-		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "tpl4"}); err != nil || rec.Node != builder {
+		if rec, err := c.d.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "tpl4"}); err != nil || rec.Node != builder {
 			t.Fatalf("create of tpl4 (built on %s, nothing warm) after a kill on nb: %+v %v", builder, rec.Node, err)
 		}
 	}
@@ -748,7 +761,7 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"})
+			rec, err := replicas[i%2].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -780,11 +793,11 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d creates at once with a limit of %d: %d made (%v), %d refused", creates, limit, len(made), made, refused)
 	}
 	// Once they run, they count as sandboxes: still no room.
-	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrTeamLimit) {
 		t.Errorf("a create at the limit: %v", err)
 	}
 	// Another team has its own.
-	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t2", TemplateID: "base"}); err != nil {
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t2"), TemplateID: "base"}); err != nil {
 		t.Errorf("another team: %v", err)
 	}
 	// A failed create gives its place back.
@@ -793,12 +806,12 @@ func TestTeamLimitHoldsAcrossReplicas(t *testing.T) {
 	}
 	c.nodes["na"].set(errors.New("boom"))
 	c.nodes["nb"].set(errors.New("boom"))
-	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
+	if _, err := replicas[0].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); err == nil || errors.Is(err, sandbox.ErrTeamLimit) {
 		t.Errorf("a create on failing nodes: %v", err)
 	}
 	c.nodes["na"].set(nil)
 	c.nodes["nb"].set(nil)
-	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); err != nil {
+	if _, err := replicas[1].Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); err != nil {
 		t.Errorf("a create after one was killed and one failed: %v", err)
 	}
 }
@@ -817,7 +830,7 @@ func TestPlacementTimeout(t *testing.T) {
 		f.mu.Unlock()
 	}
 	start := time.Now()
-	_, err := c.d.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+	_, err := c.d.Create(context.Background(), sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 	took := time.Since(start)
 	close(gate)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrNodeUnavailable) {

@@ -9,6 +9,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Resuming a sandbox away from its node.
@@ -29,12 +30,12 @@ func inBlobStore(r store.Sandbox) bool {
 // movable is a team's paused sandbox kept in the blob store, whose node
 // find refused with findErr (lost), and the nodes that may resume it, in
 // placement order. Otherwise it returns findErr.
-func (d *Dispatcher) movable(ctx context.Context, teamID, id string, findErr error) (store.Sandbox, []store.Node, error) {
-	if teamID == "" || !errors.Is(findErr, sandbox.ErrNotFound) {
+func (d *Dispatcher) movable(ctx context.Context, teamID team.ID, id string, findErr error) (store.Sandbox, []store.Node, error) {
+	if teamID.IsZero() || !errors.Is(findErr, sandbox.ErrNotFound) {
 		return store.Sandbox{}, nil, findErr
 	}
 	rec, err := d.cfg.Store.GetSandbox(ctx, id)
-	if err != nil || rec.TeamID != teamID || !inBlobStore(rec) {
+	if err != nil || !teamID.Owns(rec.TeamID) || !inBlobStore(rec) {
 		return store.Sandbox{}, nil, findErr
 	}
 	ns, err := d.nodeList(ctx)
@@ -100,10 +101,10 @@ func (d *Dispatcher) others(ctx context.Context, name string) []store.Node {
 // in the blob store by a lost node (its record and blob: the node's
 // sandbox.RemoveFromBlobStore); a node without the blob store passes it
 // on.
-func (d *Dispatcher) killAway(ctx context.Context, rec store.Sandbox, cands []store.Node) error {
+func (d *Dispatcher) killAway(ctx context.Context, teamID team.ID, rec store.Sandbox, cands []store.Node) error {
 	err := fmt.Errorf("%w: no node is ready to remove sandbox %s from the blob store (`warren nodes` shows their states)", sandbox.ErrNodeUnavailable, rec.ID)
 	for _, n := range cands {
-		err = d.client(n).Kill(ctx, rec.TeamID, rec.ID)
+		err = d.client(n).Kill(ctx, teamID, rec.ID)
 		if err == nil {
 			d.forget(rec.ID)
 			d.log.InfoContext(ctx, "dispatch: killed a sandbox paused in the blob store by a lost node", "sandbox", rec.ID, "node", rec.Node, "by", n.Name)

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A sandbox paused into the blob store outlives its node: once the node
@@ -35,34 +36,34 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 	}
 	c.later(cluster.DefaultLostAfter + time.Second) // nb is lost
 
-	if _, err := d.Get(ctx, "t1", "stored"); err != nil {
+	if _, err := d.Get(ctx, team.MustParse("t1"), "stored"); err != nil {
 		t.Fatalf("get of a sandbox in the blob store, its node lost: %v", err)
 	}
-	if _, err := d.Get(ctx, "t1", "local"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := d.Get(ctx, team.MustParse("t1"), "local"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("get of a sandbox on its lost node only: %v", err)
 	}
-	if recs, _ := d.List(ctx, "t1", store.SandboxFilter{}); len(recs) != 1 || recs[0].ID != "stored" {
+	if recs, _ := d.List(ctx, team.MustParse("t1"), store.SandboxFilter{}); len(recs) != 1 || recs[0].ID != "stored" {
 		t.Fatalf("list: %+v", recs)
 	}
-	for _, team := range []string{"t2", ""} {
-		if _, err := d.Get(ctx, team, "stored"); !errors.Is(err, sandbox.ErrNotFound) {
-			t.Errorf("get as team %q: %v", team, err)
+	for _, tm := range []team.ID{team.MustParse("t2"), {}} {
+		if _, err := d.Get(ctx, tm, "stored"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("get as team %q: %v", tm, err)
 		}
-		if _, err := d.ResumeSandbox(ctx, team, "stored", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
-			t.Errorf("resume as team %q: %v", team, err)
+		if _, err := d.ResumeSandbox(ctx, tm, "stored", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("resume as team %q: %v", tm, err)
 		}
 	}
-	if _, err := d.ResumeSandbox(ctx, "t1", "local", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := d.ResumeSandbox(ctx, team.MustParse("t1"), "local", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("resume of a sandbox on its lost node only: %v", err)
 	}
 
 	// na is full first: the resume says so, and goes nowhere else (nb is lost).
 	c.nodes["na"].set(fmt.Errorf("%w: node na is full", sandbox.ErrNoCapacity))
-	if _, err := d.ResumeSandbox(ctx, "t1", "stored", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := d.ResumeSandbox(ctx, team.MustParse("t1"), "stored", sandbox.ResumeOptions{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Fatalf("resume with the only live node full: %v", err)
 	}
 	c.nodes["na"].set(nil)
-	if _, resumed, err := d.Connect(ctx, "t1", "stored", time.Minute, true); err != nil || !resumed {
+	if _, resumed, err := d.Connect(ctx, team.MustParse("t1"), "stored", time.Minute, true); err != nil || !resumed {
 		t.Fatalf("connect: %v %v", resumed, err)
 	}
 	if got := c.nodes["na"].asked; len(got) != 2 || got[1] != "connect t1 stored" {
@@ -86,7 +87,7 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 	}
 	c.later(2 * time.Second)
 	c.nodes["nb"].set(fmt.Errorf("%w: node nb is full", sandbox.ErrNoCapacity))
-	if _, err := d.ResumeSandbox(ctx, "t1", "stored", sandbox.ResumeOptions{Timeout: time.Minute}); err != nil {
+	if _, err := d.ResumeSandbox(ctx, team.MustParse("t1"), "stored", sandbox.ResumeOptions{Timeout: time.Minute}); err != nil {
 		t.Fatalf("resume with its own node full: %v", err)
 	}
 	if got := c.nodes["na"].asked; len(got) != 3 || got[2] != "resume t1 stored" {
@@ -108,7 +109,7 @@ func TestPausedInTheBlobStoreResumesElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(time.Second)
-	if _, _, err := d.Connect(ctx, "t1", "stored", time.Minute, true); err != nil {
+	if _, _, err := d.Connect(ctx, team.MustParse("t1"), "stored", time.Minute, true); err != nil {
 		t.Fatalf("connect with its node drained: %v", err)
 	}
 	if got := c.nodes["na"].asked; len(got) != 4 || got[3] != "connect t1 stored" {
@@ -137,18 +138,18 @@ func TestKillOfPausedInTheBlobStoreGoesElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.later(cluster.DefaultLostAfter + time.Second) // nb is lost
-	for _, team := range []string{"t2", ""} {
-		if err := d.Kill(ctx, team, "stored"); !errors.Is(err, sandbox.ErrNotFound) {
-			t.Errorf("kill as team %q: %v", team, err)
+	for _, tm := range []team.ID{team.MustParse("t2"), {}} {
+		if err := d.Kill(ctx, tm, "stored"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("kill as team %q: %v", tm, err)
 		}
 	}
-	if err := d.Kill(ctx, "t1", "local"); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := d.Kill(ctx, team.MustParse("t1"), "local"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("kill of a sandbox on its lost node only: %v", err)
 	}
 	if got := c.nodes["na"].asked; len(got) != 0 {
 		t.Fatalf("na was asked %v", got)
 	}
-	if err := d.Kill(ctx, "t1", "stored"); err != nil {
+	if err := d.Kill(ctx, team.MustParse("t1"), "stored"); err != nil {
 		t.Fatalf("kill of a sandbox in the blob store, its node lost: %v", err)
 	}
 	if got := c.nodes["na"].asked; len(got) != 1 || got[0] != "kill t1 stored" {

@@ -64,7 +64,7 @@ type Options struct {
 	Clone func(ctx context.Context, s Server, dir string) error
 	// Logs receives the servers' stderr and the install commands' output;
 	// nil: discarded.
-	Logs io.Writer
+	Logs   io.Writer
 	Logger *slog.Logger
 }
 

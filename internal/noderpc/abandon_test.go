@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 )
 
@@ -55,10 +56,10 @@ func (f *slowCreator) Create(ctx context.Context, req sandbox.CreateRequest) (st
 		return store.Sandbox{}, f.err
 	}
 	f.alive[id] = true
-	return store.Sandbox{ID: id, TeamID: req.TeamID, State: store.StateRunning}, nil
+	return store.Sandbox{ID: id, TeamID: req.TeamID.String(), State: store.StateRunning}, nil
 }
 
-func (f *slowCreator) Kill(ctx context.Context, team, id string) error {
+func (f *slowCreator) Kill(ctx context.Context, _ team.ID, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.alive[id] {
@@ -131,7 +132,7 @@ func TestCreateCancelledMidwayLeavesNoSandbox(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Create(ctx, sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+		_, err := c.Create(ctx, sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 		done <- err
 	}()
 	<-f.started
@@ -161,7 +162,7 @@ func TestCreateWhoseAnswerIsLostLeavesNoSandbox(t *testing.T) {
 			return nil, errors.New("read: connection reset by peer")
 		})
 	})
-	_, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+	_, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 	if !errors.Is(err, sandbox.ErrNodeUnavailable) {
 		t.Fatalf("a create whose answer was lost: %v", err)
 	}
@@ -177,7 +178,7 @@ func TestAnsweredCreatesAreNotAbandoned(t *testing.T) {
 	f := newSlowCreator()
 	close(f.release)
 	c, abandons := abandonNode(t, f, nil)
-	rec, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base", Timeout: time.Minute})
+	rec, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base", Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestAnsweredCreatesAreNotAbandoned(t *testing.T) {
 	f.mu.Lock()
 	f.err = fmt.Errorf("%w: full", sandbox.ErrNoCapacity)
 	f.mu.Unlock()
-	if _, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: "t1", TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
+	if _, err := c.Create(context.Background(), sandbox.CreateRequest{TeamID: team.MustParse("t1"), TemplateID: "base"}); !errors.Is(err, sandbox.ErrNoCapacity) {
 		t.Fatalf("a refused create: %v", err)
 	}
 	<-f.started
@@ -208,17 +209,17 @@ func TestAbandonBeforeTheCreateArrives(t *testing.T) {
 	if _, err := s.AbandonCreate(ctx, connect.NewRequest(&nodev1.AbandonCreateRequest{TeamId: "t1", RequestId: "r1"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: "t1"}); err == nil || !strings.Contains(err.Error(), "abandoned") {
+	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: team.MustParse("t1")}); err == nil || !strings.Contains(err.Error(), "abandoned") {
 		t.Fatalf("a create abandoned before it came: %v", err)
 	}
 	if len(f.running()) != 0 {
 		t.Fatalf("made %v", f.running())
 	}
-	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: "t2"}); err != nil {
+	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: team.MustParse("t2")}); err != nil {
 		t.Fatalf("another team's create of the same request ID: %v", err)
 	}
 	// A request ID is used once; an empty team or ID abandons nothing.
-	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: "t2"}); !errors.Is(fromConnect("n", err), sandbox.ErrInvalid) {
+	if _, err := s.create(ctx, "r1", sandbox.CreateRequest{TeamID: team.MustParse("t2")}); !errors.Is(fromConnect("n", err), sandbox.ErrInvalid) {
 		t.Errorf("a request ID used twice: %v", err)
 	}
 	for _, r := range []*nodev1.AbandonCreateRequest{{TeamId: "", RequestId: "r1"}, {TeamId: "t2", RequestId: ""}, {TeamId: "t2", RequestId: "r/1"}} {

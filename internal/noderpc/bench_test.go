@@ -11,13 +11,15 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
 
 // connecting is a node whose Connect answers a sandbox's record at once.
 type connecting struct{ Sandboxes }
 
-func (connecting) Connect(_ context.Context, teamID, id string, _ time.Duration, _ bool) (store.Sandbox, bool, error) {
+func (connecting) Connect(_ context.Context, tid team.ID, id string, _ time.Duration, _ bool) (store.Sandbox, bool, error) {
+	teamID := tid.String()
 	return store.Sandbox{ID: id, TeamID: teamID, TemplateID: "base", State: store.StateRunning, CPUCount: 2, MemoryMB: 512,
 		EnvdVersion: "0.1.0", EnvdAccessToken: strings.Repeat("t", 32), StartedAt: time.Unix(1_800_000_000, 0)}, false, nil
 }
@@ -53,7 +55,7 @@ func BenchmarkNodeServiceCall(b *testing.B) {
 			times := make([]time.Duration, 0, b.N)
 			for b.Loop() {
 				t0 := time.Now()
-				if _, _, err := cl.Connect(ctx, "t1", "sbx1", time.Minute, false); err != nil {
+				if _, _, err := cl.Connect(ctx, team.MustParse("t1"), "sbx1", time.Minute, false); err != nil {
 					b.Fatal(err)
 				}
 				times = append(times, time.Since(t0))

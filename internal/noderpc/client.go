@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 	"github.com/warren-sandbox/warren/proto/node/v1/nodev1connect"
 )
@@ -73,7 +74,7 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 		return store.Sandbox{}, err
 	}
 	m := &nodev1.CreateSandboxRequest{
-		TeamId: req.TeamID, TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
+		TeamId: req.TeamID.String(), TemplateId: req.TemplateID, TimeoutMs: msOf(req.Timeout),
 		Metadata: req.Metadata, EnvVars: req.EnvVars, AutoPause: req.AutoPause, AutoPauseMemory: req.AutoPauseMemory,
 		AutoResume: req.AutoResume, Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, ExtraJson: string(extra),
 		RequestId: newRequestID(),
@@ -89,14 +90,14 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (store.S
 		if answered(err) {
 			return store.Sandbox{}, c.err(err)
 		}
-		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, c.err(err))
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID.String(), m.RequestId, c.err(err))
 	}
 	rec, err := record(res.Msg.SandboxId, res.Msg.SandboxJson)
 	if err == nil {
 		err = ctx.Err() // nobody takes it
 	}
 	if err != nil {
-		return store.Sandbox{}, c.abandon(ctx, req.TeamID, m.RequestId, err)
+		return store.Sandbox{}, c.abandon(ctx, req.TeamID.String(), m.RequestId, err)
 	}
 	return rec, nil
 }
@@ -124,24 +125,24 @@ func answered(err error) bool {
 	return errors.As(err, &ce) && ce.Meta().Get(kindHeader) != ""
 }
 
-func (c *Client) Kill(ctx context.Context, teamID, id string) error {
-	_, err := c.rpc.KillSandbox(ctx, connect.NewRequest(&nodev1.KillSandboxRequest{TeamId: teamID, SandboxId: id}))
+func (c *Client) Kill(ctx context.Context, teamID team.ID, id string) error {
+	_, err := c.rpc.KillSandbox(ctx, connect.NewRequest(&nodev1.KillSandboxRequest{TeamId: teamID.String(), SandboxId: id}))
 	return c.err(err)
 }
 
-func (c *Client) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
-	_, err := c.rpc.SetTimeout(ctx, connect.NewRequest(&nodev1.SetTimeoutRequest{TeamId: teamID, SandboxId: id, TimeoutMs: msOf(timeout)}))
+func (c *Client) SetTimeout(ctx context.Context, teamID team.ID, id string, timeout time.Duration) error {
+	_, err := c.rpc.SetTimeout(ctx, connect.NewRequest(&nodev1.SetTimeoutRequest{TeamId: teamID.String(), SandboxId: id, TimeoutMs: msOf(timeout)}))
 	return c.err(err)
 }
 
-func (c *Client) Refresh(ctx context.Context, teamID, id string, d time.Duration) error {
-	_, err := c.rpc.Refresh(ctx, connect.NewRequest(&nodev1.RefreshRequest{TeamId: teamID, SandboxId: id, DurationMs: msOf(d)}))
+func (c *Client) Refresh(ctx context.Context, teamID team.ID, id string, d time.Duration) error {
+	_, err := c.rpc.Refresh(ctx, connect.NewRequest(&nodev1.RefreshRequest{TeamId: teamID.String(), SandboxId: id, DurationMs: msOf(d)}))
 	return c.err(err)
 }
 
 // Connect returns the sandbox's record and whether it was resumed.
-func (c *Client) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
-	res, err := c.rpc.Connect(ctx, connect.NewRequest(&nodev1.ConnectRequest{TeamId: teamID, SandboxId: id, TimeoutMs: msOf(timeout), Memory: memory}))
+func (c *Client) Connect(ctx context.Context, teamID team.ID, id string, timeout time.Duration, memory bool) (store.Sandbox, bool, error) {
+	res, err := c.rpc.Connect(ctx, connect.NewRequest(&nodev1.ConnectRequest{TeamId: teamID.String(), SandboxId: id, TimeoutMs: msOf(timeout), Memory: memory}))
 	if err != nil {
 		return store.Sandbox{}, false, c.err(err)
 	}
@@ -149,16 +150,16 @@ func (c *Client) Connect(ctx context.Context, teamID, id string, timeout time.Du
 	return rec, res.Msg.Resumed, err
 }
 
-func (c *Client) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
-	res, err := c.rpc.Pause(ctx, connect.NewRequest(&nodev1.PauseRequest{TeamId: teamID, SandboxId: id, KeepMemory: keepMemory}))
+func (c *Client) Pause(ctx context.Context, teamID team.ID, id string, keepMemory bool) (bool, error) {
+	res, err := c.rpc.Pause(ctx, connect.NewRequest(&nodev1.PauseRequest{TeamId: teamID.String(), SandboxId: id, KeepMemory: keepMemory}))
 	if err != nil {
 		return false, c.err(err)
 	}
 	return res.Msg.Paused, nil
 }
 
-func (c *Client) Resume(ctx context.Context, teamID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
-	res, err := c.rpc.Resume(ctx, connect.NewRequest(&nodev1.ResumeRequest{TeamId: teamID, SandboxId: id,
+func (c *Client) Resume(ctx context.Context, teamID team.ID, id string, opts sandbox.ResumeOptions) (store.Sandbox, error) {
+	res, err := c.rpc.Resume(ctx, connect.NewRequest(&nodev1.ResumeRequest{TeamId: teamID.String(), SandboxId: id,
 		TimeoutMs: msOf(opts.Timeout), AutoPause: opts.AutoPause, Memory: opts.Memory}))
 	if err != nil {
 		return store.Sandbox{}, c.err(err)
@@ -172,8 +173,8 @@ type ForkChild struct {
 	Err error
 }
 
-func (c *Client) Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]ForkChild, error) {
-	res, err := c.rpc.Fork(ctx, connect.NewRequest(&nodev1.ForkRequest{TeamId: teamID, SandboxId: id, TimeoutMs: msOf(timeout), Count: int32(count)}))
+func (c *Client) Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]ForkChild, error) {
+	res, err := c.rpc.Fork(ctx, connect.NewRequest(&nodev1.ForkRequest{TeamId: teamID.String(), SandboxId: id, TimeoutMs: msOf(timeout), Count: int32(count)}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -187,8 +188,8 @@ func (c *Client) Fork(ctx context.Context, teamID, id string, timeout time.Durat
 	return out, nil
 }
 
-func (c *Client) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]sandbox.Metric, error) {
-	res, err := c.rpc.Metrics(ctx, connect.NewRequest(&nodev1.MetricsRequest{TeamId: teamID, SandboxId: id,
+func (c *Client) Metrics(ctx context.Context, teamID team.ID, id string, start, end time.Time) ([]sandbox.Metric, error) {
+	res, err := c.rpc.Metrics(ctx, connect.NewRequest(&nodev1.MetricsRequest{TeamId: teamID.String(), SandboxId: id,
 		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli()}))
 	if err != nil {
 		return nil, c.err(err)
@@ -201,8 +202,8 @@ func (c *Client) Metrics(ctx context.Context, teamID, id string, start, end time
 	return out, nil
 }
 
-func (c *Client) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
-	res, err := c.rpc.Logs(ctx, connect.NewRequest(&nodev1.LogsRequest{TeamId: teamID, SandboxId: id, StartUnixMs: start.UnixMilli(), Limit: int32(limit)}))
+func (c *Client) Logs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+	res, err := c.rpc.Logs(ctx, connect.NewRequest(&nodev1.LogsRequest{TeamId: teamID.String(), SandboxId: id, StartUnixMs: start.UnixMilli(), Limit: int32(limit)}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -213,12 +214,12 @@ func (c *Client) Logs(ctx context.Context, teamID, id string, start time.Time, l
 	return out, nil
 }
 
-func (c *Client) UpdateNetwork(ctx context.Context, teamID, id string, u sandbox.NetworkUpdate) error {
+func (c *Client) UpdateNetwork(ctx context.Context, teamID team.ID, id string, u sandbox.NetworkUpdate) error {
 	b, err := json.Marshal(u)
 	if err != nil {
 		return err
 	}
-	m := &nodev1.UpdateNetworkRequest{TeamId: teamID, SandboxId: id, UpdateJson: string(b)}
+	m := &nodev1.UpdateNetworkRequest{TeamId: teamID.String(), SandboxId: id, UpdateJson: string(b)}
 	if u.EgressProxy != nil {
 		m.EgressProxyPassword = u.EgressProxy.Password
 	}
@@ -226,8 +227,8 @@ func (c *Client) UpdateNetwork(ctx context.Context, teamID, id string, u sandbox
 	return c.err(err)
 }
 
-func (c *Client) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
-	res, err := c.rpc.NetworkLogs(ctx, connect.NewRequest(&nodev1.LogsRequest{TeamId: teamID, SandboxId: id, StartUnixMs: start.UnixMilli(), Limit: int32(limit)}))
+func (c *Client) NetworkLogs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	res, err := c.rpc.NetworkLogs(ctx, connect.NewRequest(&nodev1.LogsRequest{TeamId: teamID.String(), SandboxId: id, StartUnixMs: start.UnixMilli(), Limit: int32(limit)}))
 	if err != nil {
 		return nil, c.err(err)
 	}

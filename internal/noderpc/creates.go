@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	nodev1 "github.com/warren-sandbox/warren/proto/node/v1"
 )
 
@@ -189,12 +190,12 @@ func (s service) create(ctx context.Context, request string, cr sandbox.CreateRe
 		if !validRequestID(request) {
 			return nil, toConnect(sandboxInvalid("a request ID is 1 to 64 letters, digits, '-' and '_'"))
 		}
-		if err := s.creates.begin(cr.TeamID, request); err != nil {
+		if err := s.creates.begin(cr.TeamID.String(), request); err != nil {
 			return nil, toConnect(err)
 		}
 	}
 	rec, err := s.m.Create(ctx, cr)
-	abandoned := request != "" && s.creates.end(cr.TeamID, request, rec.ID)
+	abandoned := request != "" && s.creates.end(cr.TeamID.String(), request, rec.ID)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -207,7 +208,7 @@ func (s service) create(ctx context.Context, request string, cr sandbox.CreateRe
 	}
 	if err != nil {
 		if request != "" {
-			s.creates.abandon(cr.TeamID, request) // a later AbandonCreate has nothing to do
+			s.creates.abandon(cr.TeamID.String(), request) // a later AbandonCreate has nothing to do
 		}
 		s.discard(ctx, rec, err)
 		return nil, toConnect(err)
@@ -221,7 +222,11 @@ func (s service) discard(ctx context.Context, rec store.Sandbox, why error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	log := slog.Default()
-	if err := s.m.Kill(ctx, rec.TeamID, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	tm, err := team.Parse(rec.TeamID) // the call's, which the guard checked
+	if err == nil {
+		err = s.m.Kill(ctx, tm, rec.ID)
+	}
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		log.ErrorContext(ctx, "noderpc: killing a sandbox whose create the api did not take failed; it runs until its timeout", "sandbox", rec.ID, "team", rec.TeamID, "why", why, "err", err)
 		return
 	}

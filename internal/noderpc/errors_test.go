@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A node's own errors come back as the manager's (an unknown one as a
@@ -42,7 +43,7 @@ func TestClientErrors(t *testing.T) {
 	} {
 		srv := httptest.NewServer(c.node)
 		cl := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth))
-		err := cl.Kill(context.Background(), "t1", "sbx1")
+		err := cl.Kill(context.Background(), team.MustParse("t1"), "sbx1")
 		srv.Close()
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -61,7 +62,7 @@ func TestClientErrors(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	if err := NewClient("n1", addr, NewTransport(auth)).Kill(context.Background(), "t1", "x"); !errors.Is(err, sandbox.ErrNodeUnavailable) {
+	if err := NewClient("n1", addr, NewTransport(auth)).Kill(context.Background(), team.MustParse("t1"), "x"); !errors.Is(err, sandbox.ErrNodeUnavailable) {
 		t.Errorf("a node that is gone: %v", err)
 	}
 }
@@ -72,7 +73,7 @@ type failing struct {
 	err error
 }
 
-func (f failing) Kill(context.Context, string, string) error { return f.err }
+func (f failing) Kill(context.Context, team.ID, string) error { return f.err }
 
 // A node's disk below its reserve comes back as sandbox.ErrDiskFull (a
 // 507) and still as ErrNoCapacity (dispatch tries another node).
@@ -82,7 +83,7 @@ func TestClientDiskFull(t *testing.T) {
 	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: full}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")))
 	defer srv.Close()
 	cl := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth))
-	err := cl.Kill(context.Background(), "t1", "sbx1")
+	err := cl.Kill(context.Background(), team.MustParse("t1"), "sbx1")
 	if !errors.Is(err, sandbox.ErrDiskFull) || !errors.Is(err, sandbox.ErrNoCapacity) || !strings.Contains(fmt.Sprint(err), "10 MB free") {
 		t.Errorf("a node's full disk: %v", err)
 	}
@@ -95,7 +96,7 @@ func TestClientStoreUnavailable(t *testing.T) {
 	down := fmt.Errorf("store: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"})
 	srv := httptest.NewServer(Handler(Served{Sandboxes: failing{err: down}, Teams: fakeTeams{"t1": true}}, auth.Guard("n1")))
 	defer srv.Close()
-	err := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth)).Kill(context.Background(), "t1", "sbx1")
+	err := NewClient("n1", strings.TrimPrefix(srv.URL, "http://"), NewTransport(auth)).Kill(context.Background(), team.MustParse("t1"), "sbx1")
 	if !errors.Is(err, store.ErrUnavailable) || !store.Unavailable(err) {
 		t.Errorf("a node's store outage: %v", err)
 	}

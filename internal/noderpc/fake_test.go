@@ -8,6 +8,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // fakeSandboxes is a sandbox manager that only records the teams it is
@@ -46,71 +47,84 @@ func (f *fakeSandboxes) seenTeams() []string {
 var _ Sandboxes = (*fakeSandboxes)(nil)
 
 func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
-	f.saw("Create", req.TeamID)
-	return store.Sandbox{ID: "sb1", TeamID: req.TeamID}, nil
+	f.saw("Create", req.TeamID.String())
+	return store.Sandbox{ID: "sb1", TeamID: req.TeamID.String()}, nil
 }
 
-func (f *fakeSandboxes) Get(_ context.Context, teamID, id string) (store.Sandbox, error) {
+func (f *fakeSandboxes) Get(_ context.Context, tid team.ID, id string) (store.Sandbox, error) {
+	teamID := tid.String()
 	f.saw("Get", teamID)
 	return store.Sandbox{ID: id, TeamID: teamID}, nil
 }
 
-func (f *fakeSandboxes) List(_ context.Context, teamID string, _ store.SandboxFilter) ([]store.Sandbox, error) {
+func (f *fakeSandboxes) List(_ context.Context, tid team.ID, _ store.SandboxFilter) ([]store.Sandbox, error) {
+	teamID := tid.String()
 	f.saw("List", teamID)
 	return nil, nil
 }
 
-func (f *fakeSandboxes) Kill(_ context.Context, teamID, _ string) error {
+func (f *fakeSandboxes) Kill(_ context.Context, tid team.ID, _ string) error {
+	teamID := tid.String()
 	f.saw("Kill", teamID)
 	return nil
 }
 
-func (f *fakeSandboxes) SetTimeout(_ context.Context, teamID, _ string, _ time.Duration) error {
+func (f *fakeSandboxes) SetTimeout(_ context.Context, tid team.ID, _ string, _ time.Duration) error {
+	teamID := tid.String()
 	f.saw("SetTimeout", teamID)
 	return nil
 }
 
-func (f *fakeSandboxes) Refresh(_ context.Context, teamID, _ string, _ time.Duration) error {
+func (f *fakeSandboxes) Refresh(_ context.Context, tid team.ID, _ string, _ time.Duration) error {
+	teamID := tid.String()
 	f.saw("Refresh", teamID)
 	return nil
 }
 
-func (f *fakeSandboxes) Connect(_ context.Context, teamID, id string, _ time.Duration, _ bool) (store.Sandbox, bool, error) {
+func (f *fakeSandboxes) Connect(_ context.Context, tid team.ID, id string, _ time.Duration, _ bool) (store.Sandbox, bool, error) {
+	teamID := tid.String()
 	f.saw("Connect", teamID)
 	return store.Sandbox{ID: id, TeamID: teamID, EnvdAccessToken: "secret-token"}, false, nil
 }
 
-func (f *fakeSandboxes) Pause(_ context.Context, teamID, _ string, _ bool) (bool, error) {
+func (f *fakeSandboxes) Pause(_ context.Context, tid team.ID, _ string, _ bool) (bool, error) {
+	teamID := tid.String()
 	f.saw("Pause", teamID)
 	return true, nil
 }
 
-func (f *fakeSandboxes) ResumeSandbox(_ context.Context, teamID, id string, _ sandbox.ResumeOptions) (store.Sandbox, error) {
+func (f *fakeSandboxes) ResumeSandbox(_ context.Context, tid team.ID, id string, _ sandbox.ResumeOptions) (store.Sandbox, error) {
+	teamID := tid.String()
 	f.saw("ResumeSandbox", teamID)
 	return store.Sandbox{ID: id, TeamID: teamID}, nil
 }
 
-func (f *fakeSandboxes) Fork(_ context.Context, teamID, _ string, _ time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (f *fakeSandboxes) Fork(_ context.Context, tid team.ID, _ string, _ time.Duration, count int) ([]sandbox.ForkResult, error) {
+	teamID := tid.String()
 	f.saw("Fork", teamID)
 	return make([]sandbox.ForkResult, min(max(count, 0), 4)), nil
 }
 
-func (f *fakeSandboxes) Metrics(_ context.Context, teamID, _ string, _, _ time.Time) ([]sandbox.Metric, error) {
+func (f *fakeSandboxes) Metrics(_ context.Context, tid team.ID, _ string, _, _ time.Time) ([]sandbox.Metric, error) {
+	teamID := tid.String()
 	f.saw("Metrics", teamID)
 	return nil, nil
 }
 
-func (f *fakeSandboxes) Logs(_ context.Context, teamID, _ string, _ time.Time, _ int) ([]sandbox.LogEntry, error) {
+func (f *fakeSandboxes) Logs(_ context.Context, tid team.ID, _ string, _ time.Time, _ int) ([]sandbox.LogEntry, error) {
+	teamID := tid.String()
 	f.saw("Logs", teamID)
 	return nil, nil
 }
 
-func (f *fakeSandboxes) UpdateNetwork(_ context.Context, teamID, _ string, _ sandbox.NetworkUpdate) error {
+func (f *fakeSandboxes) UpdateNetwork(_ context.Context, tid team.ID, _ string, _ sandbox.NetworkUpdate) error {
+	teamID := tid.String()
 	f.saw("UpdateNetwork", teamID)
 	return nil
 }
 
-func (f *fakeSandboxes) NetworkLogs(_ context.Context, teamID, _ string, _ time.Time, _ int) ([]egress.Entry, error) {
+func (f *fakeSandboxes) NetworkLogs(_ context.Context, tid team.ID, _ string, _ time.Time, _ int) ([]egress.Entry, error) {
+	teamID := tid.String()
 	f.saw("NetworkLogs", teamID)
 	return nil, nil
 }

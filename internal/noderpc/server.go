@@ -166,8 +166,12 @@ func reply[T any](m *T) *connect.Response[T] { return connect.NewResponse(m) }
 
 func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.CreateSandboxRequest]) (*connect.Response[nodev1.CreateSandboxResponse], error) {
 	r := req.Msg
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
 	cr := sandbox.CreateRequest{
-		TeamID: r.TeamId, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
+		TeamID: tm, TemplateID: r.TemplateId, Timeout: ms(r.TimeoutMs),
 		Metadata: r.Metadata, EnvVars: r.EnvVars, AutoPause: r.AutoPause, AutoPauseMemory: r.AutoPauseMemory,
 		AutoResume: r.AutoResume, Secure: r.Secure, AllowInternetAccess: r.AllowInternetAccess,
 	}
@@ -189,19 +193,35 @@ func (s service) CreateSandbox(ctx context.Context, req *connect.Request[nodev1.
 }
 
 func (s service) KillSandbox(ctx context.Context, req *connect.Request[nodev1.KillSandboxRequest]) (*connect.Response[nodev1.KillSandboxResponse], error) {
-	return reply(&nodev1.KillSandboxResponse{}), toConnect(s.m.Kill(ctx, req.Msg.TeamId, req.Msg.SandboxId))
+	tm, err := teamOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return reply(&nodev1.KillSandboxResponse{}), toConnect(s.m.Kill(ctx, tm, req.Msg.SandboxId))
 }
 
 func (s service) SetTimeout(ctx context.Context, req *connect.Request[nodev1.SetTimeoutRequest]) (*connect.Response[nodev1.SetTimeoutResponse], error) {
-	return reply(&nodev1.SetTimeoutResponse{}), toConnect(s.m.SetTimeout(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs)))
+	tm, err := teamOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return reply(&nodev1.SetTimeoutResponse{}), toConnect(s.m.SetTimeout(ctx, tm, req.Msg.SandboxId, ms(req.Msg.TimeoutMs)))
 }
 
 func (s service) Refresh(ctx context.Context, req *connect.Request[nodev1.RefreshRequest]) (*connect.Response[nodev1.RefreshResponse], error) {
-	return reply(&nodev1.RefreshResponse{}), toConnect(s.m.Refresh(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.DurationMs)))
+	tm, err := teamOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return reply(&nodev1.RefreshResponse{}), toConnect(s.m.Refresh(ctx, tm, req.Msg.SandboxId, ms(req.Msg.DurationMs)))
 }
 
 func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.ConnectRequest]) (*connect.Response[nodev1.ConnectResponse], error) {
-	rec, resumed, err := s.m.Connect(ctx, req.Msg.TeamId, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
+	tm, err := teamOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	rec, resumed, err := s.m.Connect(ctx, tm, req.Msg.SandboxId, ms(req.Msg.TimeoutMs), req.Msg.Memory)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -213,7 +233,11 @@ func (s service) Connect(ctx context.Context, req *connect.Request[nodev1.Connec
 }
 
 func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseRequest]) (*connect.Response[nodev1.PauseResponse], error) {
-	paused, err := s.m.Pause(ctx, req.Msg.TeamId, req.Msg.SandboxId, req.Msg.KeepMemory)
+	tm, err := teamOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := s.m.Pause(ctx, tm, req.Msg.SandboxId, req.Msg.KeepMemory)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -222,7 +246,11 @@ func (s service) Pause(ctx context.Context, req *connect.Request[nodev1.PauseReq
 
 func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeRequest]) (*connect.Response[nodev1.ResumeResponse], error) {
 	r := req.Msg
-	rec, err := s.m.ResumeSandbox(ctx, r.TeamId, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.m.ResumeSandbox(ctx, tm, r.SandboxId, sandbox.ResumeOptions{Timeout: ms(r.TimeoutMs), AutoPause: r.AutoPause, Memory: r.Memory})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -235,7 +263,11 @@ func (s service) Resume(ctx context.Context, req *connect.Request[nodev1.ResumeR
 
 func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkRequest]) (*connect.Response[nodev1.ForkResponse], error) {
 	r := req.Msg
-	res, err := s.m.Fork(ctx, r.TeamId, r.SandboxId, ms(r.TimeoutMs), int(r.Count))
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.m.Fork(ctx, tm, r.SandboxId, ms(r.TimeoutMs), int(r.Count))
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -252,7 +284,11 @@ func (s service) Fork(ctx context.Context, req *connect.Request[nodev1.ForkReque
 
 func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
 	r := req.Msg
-	ms, err := s.m.Metrics(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), unixMS(r.EndUnixMs))
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := s.m.Metrics(ctx, tm, r.SandboxId, unixMS(r.StartUnixMs), unixMS(r.EndUnixMs))
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -266,7 +302,11 @@ func (s service) Metrics(ctx context.Context, req *connect.Request[nodev1.Metric
 
 func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.LogsResponse], error) {
 	r := req.Msg
-	es, err := s.m.Logs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
+	es, err := s.m.Logs(ctx, tm, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -279,6 +319,10 @@ func (s service) Logs(ctx context.Context, req *connect.Request[nodev1.LogsReque
 
 func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.UpdateNetworkRequest]) (*connect.Response[nodev1.UpdateNetworkResponse], error) {
 	r := req.Msg
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
 	var u sandbox.NetworkUpdate
 	if err := json.Unmarshal([]byte(r.UpdateJson), &u); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
@@ -289,12 +333,16 @@ func (s service) UpdateNetwork(ctx context.Context, req *connect.Request[nodev1.
 		}
 		u.EgressProxy.Password = r.EgressProxyPassword
 	}
-	return reply(&nodev1.UpdateNetworkResponse{}), toConnect(s.m.UpdateNetwork(ctx, r.TeamId, r.SandboxId, u))
+	return reply(&nodev1.UpdateNetworkResponse{}), toConnect(s.m.UpdateNetwork(ctx, tm, r.SandboxId, u))
 }
 
 func (s service) NetworkLogs(ctx context.Context, req *connect.Request[nodev1.LogsRequest]) (*connect.Response[nodev1.NetworkLogsResponse], error) {
 	r := req.Msg
-	es, err := s.m.NetworkLogs(ctx, r.TeamId, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
+	tm, err := teamOf(r)
+	if err != nil {
+		return nil, err
+	}
+	es, err := s.m.NetworkLogs(ctx, tm, r.SandboxId, unixMS(r.StartUnixMs), int(r.Limit))
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Teams tells whether a team exists. A node believes nothing of a call
@@ -73,16 +74,30 @@ func (t *StoreTeams) TeamExists(ctx context.Context, id string) (bool, error) {
 // teamed is every NodeService request: each names its team.
 type teamed interface{ GetTeamId() string }
 
-// teamGuard refuses a call that names no team (invalid) or a team that
-// does not exist (not found, as another team's sandbox is), before the
-// handler decodes anything else of it. Without teams it refuses every
-// call: a node that cannot check a team trusts none.
+// teamOf is the team a call names, as the sandbox manager takes it: the
+// node's edge, where an empty or malformed team ID is refused (invalid).
+func teamOf(m teamed) (team.ID, error) {
+	t, err := team.Parse(m.GetTeamId())
+	if err != nil {
+		return team.ID{}, toConnect(sandboxInvalid("the call's team: " + err.Error()))
+	}
+	return t, nil
+}
+
+// teamGuard refuses a call that names no team or a malformed one
+// (invalid) or a team that does not exist (not found, as another team's
+// sandbox is), before the handler decodes anything else of it. Without
+// teams it refuses every call: a node that cannot check a team trusts
+// none.
 func teamGuard(teams Teams) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			m, ok := req.Any().(teamed)
 			if !ok || m.GetTeamId() == "" {
 				return nil, toConnect(sandboxInvalid("the call names no team"))
+			}
+			if _, err := teamOf(m); err != nil {
+				return nil, err
 			}
 			if teams == nil {
 				return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node cannot check teams"))

@@ -91,9 +91,10 @@ func TestEveryRPCIsCovered(t *testing.T) {
 
 func protoName(s string) protoreflect.Name { return protoreflect.Name(s) }
 
-// TestEveryRPCNeedsAKnownTeam: a call naming no team, or a team that does
-// not exist, is refused before the sandbox manager sees it, on every
-// procedure, in both of Connect's encodings.
+// TestEveryRPCNeedsAKnownTeam: a call naming no team, a malformed one
+// (team.Parse refuses it), or a team that does not exist, is refused
+// before the sandbox manager sees it, on every procedure, in both of
+// Connect's encodings.
 func TestEveryRPCNeedsAKnownTeam(t *testing.T) {
 	sbs := &fakeSandboxes{}
 	path, h := nodeService(Served{Sandboxes: sbs, Teams: fakeTeams{"team-a": true}})
@@ -108,7 +109,7 @@ func TestEveryRPCNeedsAKnownTeam(t *testing.T) {
 	}{{"proto", nil}, {"json", []connect.ClientOption{connect.WithProtoJSON()}}} {
 		c := nodev1connect.NewNodeServiceClient(srv.Client(), srv.URL, codec.opts...)
 		for _, rpc := range everyRPC {
-			for _, team := range []string{"", "team-ghost"} {
+			for _, team := range []string{"", "team/../a", "team-ghost"} {
 				err := rpc.call(ctx, c, team)
 				var ce *connect.Error
 				switch {
@@ -116,9 +117,9 @@ func TestEveryRPCNeedsAKnownTeam(t *testing.T) {
 					t.Errorf("%s %s with team %q: accepted", codec.name, rpc.name, team)
 				case !errors.As(err, &ce):
 					t.Errorf("%s %s with team %q: %v", codec.name, rpc.name, team, err)
-				case team == "" && ce.Code() != connect.CodeInvalidArgument:
-					t.Errorf("%s %s with no team: %v, want invalid_argument", codec.name, rpc.name, err)
-				case team != "" && ce.Code() != connect.CodeNotFound:
+				case team != "team-ghost" && ce.Code() != connect.CodeInvalidArgument:
+					t.Errorf("%s %s with no team or a malformed one (%q): %v, want invalid_argument", codec.name, rpc.name, team, err)
+				case team == "team-ghost" && ce.Code() != connect.CodeNotFound:
 					t.Errorf("%s %s with an unknown team: %v, want not_found", codec.name, rpc.name, err)
 				}
 				if got := sbs.seen(); len(got) > 0 {

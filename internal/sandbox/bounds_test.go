@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // bareManager is a manager of st with one live sandbox, "sb1" of team
@@ -50,49 +51,55 @@ func safely(fn func() error) (err error) {
 }
 
 // teamCalls are the manager's methods that act on one team's sandbox.
-func teamCalls(m *Manager, ctx context.Context) map[string]func(team, id string) error {
-	return map[string]func(team, id string) error{
-		"Get":        func(team, id string) error { _, err := m.Get(ctx, team, id); return err },
-		"Kill":       func(team, id string) error { return m.Kill(ctx, team, id) },
-		"SetTimeout": func(team, id string) error { return m.SetTimeout(ctx, team, id, time.Hour) },
-		"Refresh":    func(team, id string) error { return m.Refresh(ctx, team, id, time.Hour) },
-		"Connect":    func(team, id string) error { _, _, err := m.Connect(ctx, team, id, time.Minute, true); return err },
-		"Pause":      func(team, id string) error { _, err := m.Pause(ctx, team, id, false); return err },
-		"Resume": func(team, id string) error {
-			_, err := m.ResumeSandbox(ctx, team, id, ResumeOptions{Timeout: time.Minute})
+func teamCalls(m *Manager, ctx context.Context) map[string]func(tm team.ID, id string) error {
+	return map[string]func(tm team.ID, id string) error{
+		"Get":        func(tm team.ID, id string) error { _, err := m.Get(ctx, tm, id); return err },
+		"Kill":       func(tm team.ID, id string) error { return m.Kill(ctx, tm, id) },
+		"SetTimeout": func(tm team.ID, id string) error { return m.SetTimeout(ctx, tm, id, time.Hour) },
+		"Refresh":    func(tm team.ID, id string) error { return m.Refresh(ctx, tm, id, time.Hour) },
+		"Connect":    func(tm team.ID, id string) error { _, _, err := m.Connect(ctx, tm, id, time.Minute, true); return err },
+		"Pause":      func(tm team.ID, id string) error { _, err := m.Pause(ctx, tm, id, false); return err },
+		"Resume": func(tm team.ID, id string) error {
+			_, err := m.ResumeSandbox(ctx, tm, id, ResumeOptions{Timeout: time.Minute})
 			return err
 		},
-		"Fork":          func(team, id string) error { _, err := m.Fork(ctx, team, id, time.Minute, 1); return err },
-		"Snapshot":      func(team, id string) error { _, err := m.Snapshot(ctx, team, id, "/nonexistent/x"); return err },
-		"Metrics":       func(team, id string) error { _, err := m.Metrics(ctx, team, id, time.Time{}, time.Now()); return err },
-		"Logs":          func(team, id string) error { _, err := m.Logs(ctx, team, id, time.Time{}, 10); return err },
-		"UpdateNetwork": func(team, id string) error { return m.UpdateNetwork(ctx, team, id, NetworkUpdate{}) },
-		"NetworkLogs":   func(team, id string) error { _, err := m.NetworkLogs(ctx, team, id, time.Time{}, 10); return err },
+		"Fork":     func(tm team.ID, id string) error { _, err := m.Fork(ctx, tm, id, time.Minute, 1); return err },
+		"Snapshot": func(tm team.ID, id string) error { _, err := m.Snapshot(ctx, tm, id, "/nonexistent/x"); return err },
+		"Metrics": func(tm team.ID, id string) error {
+			_, err := m.Metrics(ctx, tm, id, time.Time{}, time.Now())
+			return err
+		},
+		"Logs":          func(tm team.ID, id string) error { _, err := m.Logs(ctx, tm, id, time.Time{}, 10); return err },
+		"UpdateNetwork": func(tm team.ID, id string) error { return m.UpdateNetwork(ctx, tm, id, NetworkUpdate{}) },
+		"NetworkLogs":   func(tm team.ID, id string) error { _, err := m.NetworkLogs(ctx, tm, id, time.Time{}, 10); return err },
 	}
 }
 
-// An empty team ID matches no sandbox, whatever the call; another team's
-// sandbox is not found either.
+// The zero team.ID (the one way left to name no team) matches no
+// sandbox, whatever the call; another team's sandbox is not found either.
 func TestEmptyTeamMatchesNothing(t *testing.T) {
 	m, st := bareManager(t)
 	ctx := context.Background()
 	for name, call := range teamCalls(m, ctx) {
-		for _, team := range []string{"", "t2"} {
-			if err := safely(func() error { return call(team, "sb1") }); !errors.Is(err, ErrNotFound) {
-				t.Errorf("%s(team %q, another team's sandbox): %v, want not found", name, team, err)
+		for _, tm := range []team.ID{{}, team.MustParse("t2")} {
+			if err := safely(func() error { return call(tm, "sb1") }); !errors.Is(err, ErrNotFound) {
+				t.Errorf("%s(team %q, another team's sandbox): %v, want not found", name, tm, err)
 			}
 		}
 	}
 	if rec, err := st.GetSandbox(ctx, "sb1"); err != nil || rec.State != store.StateRunning || time.Until(rec.EndAt) > time.Minute {
 		t.Errorf("the sandbox changed: %+v %v", rec, err)
 	}
-	for _, team := range []string{"", "t3"} {
-		got, err := m.List(ctx, team, store.SandboxFilter{})
+	for _, tm := range []team.ID{{}, team.MustParse("t3")} {
+		got, err := m.List(ctx, tm, store.SandboxFilter{})
 		if err != nil || len(got) != 0 {
-			t.Errorf("List(team %q) = %d sandboxes, %v; want none", team, len(got), err)
+			t.Errorf("List(team %q) = %d sandboxes, %v; want none", tm, len(got), err)
+		}
+		if n, err := m.CountSandboxes(ctx, tm, store.SandboxFilter{}); err != nil || n != 0 {
+			t.Errorf("CountSandboxes(team %q) = %d, %v; want 0", tm, n, err)
 		}
 	}
-	if got, err := m.List(ctx, "t1", store.SandboxFilter{}); err != nil || len(got) != 1 || got[0].ID != "sb1" {
+	if got, err := m.List(ctx, team.MustParse("t1"), store.SandboxFilter{}); err != nil || len(got) != 1 || got[0].ID != "sb1" {
 		t.Errorf("List(t1) = %v, %v", got, err)
 	}
 	if err := safely(func() error {
@@ -127,7 +134,7 @@ func TestManagerAppliesTheAPIsBounds(t *testing.T) {
 		"an unclean mount path":   {VolumeMounts: []VolumeMount{{Name: "v", Path: "/data/../etc"}}},
 		"a mount path with a NUL": {VolumeMounts: []VolumeMount{{Name: "v", Path: "/da\x00ta"}}},
 	} {
-		req.TeamID, req.TemplateID = "t1", "base"
+		req.TeamID, req.TemplateID = team.MustParse("t1"), "base"
 		if req.Timeout == 0 {
 			req.Timeout = time.Minute
 		}
@@ -136,23 +143,26 @@ func TestManagerAppliesTheAPIsBounds(t *testing.T) {
 		}
 	}
 	for name, call := range map[string]func() error{
-		"SetTimeout over the cap": func() error { return m.SetTimeout(ctx, "t1", "sb1", MaxTimeout+time.Second) },
-		"Refresh over the cap":    func() error { return m.Refresh(ctx, "t1", "sb1", MaxRefresh+time.Second) },
-		"Refresh negative":        func() error { return m.Refresh(ctx, "t1", "sb1", -time.Second) },
+		"SetTimeout over the cap": func() error { return m.SetTimeout(ctx, team.MustParse("t1"), "sb1", MaxTimeout+time.Second) },
+		"Refresh over the cap":    func() error { return m.Refresh(ctx, team.MustParse("t1"), "sb1", MaxRefresh+time.Second) },
+		"Refresh negative":        func() error { return m.Refresh(ctx, team.MustParse("t1"), "sb1", -time.Second) },
 		"Connect over the cap": func() error {
-			_, _, err := m.Connect(ctx, "t1", "sb1", MaxTimeout+time.Second, true)
+			_, _, err := m.Connect(ctx, team.MustParse("t1"), "sb1", MaxTimeout+time.Second, true)
 			return err
 		},
-		"Connect negative": func() error { _, _, err := m.Connect(ctx, "t1", "sb1", -time.Second, true); return err },
+		"Connect negative": func() error { _, _, err := m.Connect(ctx, team.MustParse("t1"), "sb1", -time.Second, true); return err },
 		"Resume over the cap": func() error {
-			_, err := m.ResumeSandbox(ctx, "t1", "sb1", ResumeOptions{Timeout: MaxTimeout + time.Second})
+			_, err := m.ResumeSandbox(ctx, team.MustParse("t1"), "sb1", ResumeOptions{Timeout: MaxTimeout + time.Second})
 			return err
 		},
 		"Resume negative": func() error {
-			_, err := m.ResumeSandbox(ctx, "t1", "sb1", ResumeOptions{Timeout: -time.Second})
+			_, err := m.ResumeSandbox(ctx, team.MustParse("t1"), "sb1", ResumeOptions{Timeout: -time.Second})
 			return err
 		},
-		"Fork over the cap": func() error { _, err := m.Fork(ctx, "t1", "sb1", MaxTimeout+time.Second, 1); return err },
+		"Fork over the cap": func() error {
+			_, err := m.Fork(ctx, team.MustParse("t1"), "sb1", MaxTimeout+time.Second, 1)
+			return err
+		},
 	} {
 		if err := safely(call); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want invalid", name, err)
@@ -162,10 +172,10 @@ func TestManagerAppliesTheAPIsBounds(t *testing.T) {
 		t.Errorf("the sandbox's end moved: %v %v", rec.EndAt, err)
 	}
 	// At the caps, a term is accepted.
-	if err := m.SetTimeout(ctx, "t1", "sb1", MaxTimeout); err != nil {
+	if err := m.SetTimeout(ctx, team.MustParse("t1"), "sb1", MaxTimeout); err != nil {
 		t.Errorf("SetTimeout at the cap: %v", err)
 	}
-	if err := m.Refresh(ctx, "t1", "sb1", MaxRefresh); err != nil {
+	if err := m.Refresh(ctx, team.MustParse("t1"), "sb1", MaxRefresh); err != nil {
 		t.Errorf("Refresh at the cap: %v", err)
 	}
 }
@@ -208,17 +218,17 @@ func TestMountsOnlyTheTeamsVolumes(t *testing.T) {
 func TestManagerMaxTimeoutIsTheOperators(t *testing.T) {
 	m, _ := bareManager(t)
 	ctx := context.Background()
-	if err := m.SetTimeout(ctx, "t1", "sb1", MaxTimeout+time.Hour); !errors.Is(err, ErrInvalid) {
+	if err := m.SetTimeout(ctx, team.MustParse("t1"), "sb1", MaxTimeout+time.Hour); !errors.Is(err, ErrInvalid) {
 		t.Errorf("25 h by default: %v", err)
 	}
 	m.cfg.MaxTimeout = 7 * 24 * time.Hour
-	if err := m.SetTimeout(ctx, "t1", "sb1", 7*24*time.Hour); err != nil {
+	if err := m.SetTimeout(ctx, team.MustParse("t1"), "sb1", 7*24*time.Hour); err != nil {
 		t.Errorf("7 days with a 7-day bound: %v", err)
 	}
-	if err := safely(func() error { return m.SetTimeout(ctx, "t1", "sb1", 7*24*time.Hour+time.Second) }); !errors.Is(err, ErrInvalid) {
+	if err := safely(func() error { return m.SetTimeout(ctx, team.MustParse("t1"), "sb1", 7*24*time.Hour+time.Second) }); !errors.Is(err, ErrInvalid) {
 		t.Errorf("over a 7-day bound: %v", err)
 	}
-	if _, err := m.Fork(ctx, "t1", "sb1", 8*24*time.Hour, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := m.Fork(ctx, team.MustParse("t1"), "sb1", 8*24*time.Hour, 1); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a fork over the bound: %v", err)
 	}
 }

@@ -16,12 +16,13 @@ import (
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/steptrace"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/volume"
 )
 
 // CreateRequest is what a new sandbox needs.
 type CreateRequest struct {
-	TeamID     string
+	TeamID     team.ID
 	TemplateID string
 	Timeout    time.Duration
 	Metadata   map[string]string
@@ -133,7 +134,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 	if err := m.validateCreate(req); err != nil {
 		return store.Sandbox{}, err
 	}
-	pol, err := compileEgress(req.Extra.Network, req.Extra.IAM, req.TeamID, req.AllowInternetAccess, m.cfg.Sealer)
+	pol, err := compileEgress(req.Extra.Network, req.Extra.IAM, req.TeamID.String(), req.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -143,10 +144,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ store.Sandbo
 	if err := m.checkUpstream(ctx, pol); err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := m.sealPassword(req.Extra.Network, req.TeamID); err != nil {
+	if err := m.sealPassword(req.Extra.Network, req.TeamID.String()); err != nil {
 		return store.Sandbox{}, err
 	}
-	resolved, err := m.cfg.Resolve(ctx, req.TeamID, req.TemplateID)
+	resolved, err := m.cfg.Resolve(ctx, req.TeamID.String(), req.TemplateID)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -164,14 +165,14 @@ func (m *Manager) createFrom(ctx context.Context, req CreateRequest, resolved Te
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	full, err := m.reserve(req.TeamID, plan.res)
+	full, err := m.reserve(req.TeamID.String(), plan.res)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			m.unreserve(req.TeamID, plan.res)
+			m.unreserve(req.TeamID.String(), plan.res)
 		}
 	}()
 	rec := m.creatingRecord(req, resolved, plan.res, mounts)
@@ -260,7 +261,7 @@ func (m *Manager) admitCreate(ctx context.Context, req CreateRequest, resolved T
 func (m *Manager) creatingRecord(req CreateRequest, resolved Template, res Resources, mounts []store.VolumeMount) store.Sandbox {
 	now := time.Now()
 	return store.Sandbox{
-		TeamID: req.TeamID, TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
+		TeamID: req.TeamID.String(), TemplateID: resolved.ID, Alias: resolved.Alias, State: store.StateCreating,
 		StartedAt: now, EndAt: now.Add(req.Timeout),
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskSizeMB: res.DiskSizeMB,
 		EnvdVersion: envdinfo.Version, EnvdAccessToken: newToken(), TrafficAccessToken: newToken(),

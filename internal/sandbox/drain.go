@@ -41,27 +41,27 @@ func (m *Manager) Usage() store.NodeUsage {
 // pause fails: a drained node runs nothing. It returns how many still run
 // (created meanwhile, or whose kill failed too).
 func (m *Manager) Drain(ctx context.Context) (running int, err error) {
-	type target struct{ teamID, id string }
-	var targets []target
+	var targets []string
 	m.mu.Lock()
 	for _, l := range m.live {
 		if !l.paused {
-			targets = append(targets, target{l.teamID, l.id})
+			targets = append(targets, l.id)
 		}
 	}
 	m.mu.Unlock()
 	var errs []error
-	for _, t := range targets {
+	// The node's own work, on every team's sandboxes: all teams' scope.
+	for _, id := range targets {
 		if ctx.Err() != nil {
 			break
 		}
-		if _, perr := m.Pause(ctx, t.teamID, t.id, m.canCheckpoint()); perr != nil && !errors.Is(perr, ErrNotFound) {
+		if _, perr := m.pauseIn(ctx, store.AllTeams(), id, m.canCheckpoint()); perr != nil && !errors.Is(perr, ErrNotFound) {
 			if ctx.Err() != nil {
 				break // the server is stopping: a pause cut short is no reason to kill
 			}
-			m.log.WarnContext(ctx, "draining: a pause failed; killing the sandbox", "sandbox", t.id, "err", perr)
-			if kerr := m.Kill(ctx, t.teamID, t.id); kerr != nil && !errors.Is(kerr, ErrNotFound) {
-				errs = append(errs, fmt.Errorf("sandbox %s: %w", t.id, kerr))
+			m.log.WarnContext(ctx, "draining: a pause failed; killing the sandbox", "sandbox", id, "err", perr)
+			if kerr := m.killIn(ctx, store.AllTeams(), id); kerr != nil && !errors.Is(kerr, ErrNotFound) {
+				errs = append(errs, fmt.Errorf("sandbox %s: %w", id, kerr))
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A node that does not admit (cordoned) refuses creates with
@@ -36,7 +37,7 @@ func TestAdmitAndDrain(t *testing.T) {
 		t.Fatalf("Drain: %d still running, %v", running, err)
 	}
 	for _, id := range []string{a.ID, b.ID} {
-		rec, err := e.mgr.Get(context.Background(), "t1", id)
+		rec, err := e.mgr.Get(context.Background(), team.MustParse("t1"), id)
 		if err != nil || rec.State != store.StatePaused {
 			t.Errorf("after the drain %s is %s (%v), want paused", id, rec.State, err)
 		}
@@ -45,7 +46,7 @@ func TestAdmitAndDrain(t *testing.T) {
 		t.Errorf("usage after the drain: %+v", u)
 	}
 	for _, id := range []string{a.ID, b.ID} {
-		if err := e.mgr.Kill(context.Background(), "t1", id); err != nil {
+		if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), id); err != nil {
 			t.Error(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A sandbox's egress policy lives in its record: the network object's
@@ -176,8 +177,8 @@ func (m *Manager) applyEgress(rec store.Sandbox, inst *node.Instance) error {
 // UpdateNetwork replaces a sandbox's egress configuration while it runs
 // (or is paused), without a restart: the record first, then the node;
 // connections the new policy forbids are cut.
-func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u NetworkUpdate) error {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) UpdateNetwork(ctx context.Context, teamID team.ID, id string, u NetworkUpdate) error {
+	l, err := m.lookup(teamID.Scope(), id)
 	if err != nil {
 		return err
 	}
@@ -195,17 +196,17 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, u Networ
 	n := &Network{AllowOut: u.AllowOut, DenyOut: u.DenyOut, Rules: u.Rules, EgressProxy: u.EgressProxy}
 	// The identity tokens were fixed at create: new rules may use them.
 	cur, err := m.cfg.Store.GetSandbox(ctx, id)
-	if err != nil || cur.TeamID != teamID {
+	if err != nil || !teamID.Owns(cur.TeamID) {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	pol, err := compileEgress(n, ParseExtra(cur.Extra).IAM, teamID, u.AllowInternetAccess, m.cfg.Sealer)
+	pol, err := compileEgress(n, ParseExtra(cur.Extra).IAM, teamID.String(), u.AllowInternetAccess, m.cfg.Sealer)
 	if err != nil {
 		return err
 	}
 	if err := m.checkUpstream(ctx, pol); err != nil {
 		return err
 	}
-	if err := m.sealPassword(n, teamID); err != nil {
+	if err := m.sealPassword(n, teamID.String()); err != nil {
 		return err
 	}
 	u.EgressProxy = n.EgressProxy
@@ -275,8 +276,8 @@ func EffectiveNetwork(rec store.Sandbox) *Network {
 
 // NetworkLogs returns up to limit egress audit entries of a team's live
 // sandbox at or after start, oldest first.
-func (m *Manager) NetworkLogs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]egress.Entry, error) {
-	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil {
+func (m *Manager) NetworkLogs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
+	if _, err := m.lookup(teamID.Scope(), id); err != nil {
 		return nil, err
 	}
 	if m.cfg.Audit == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // TestAdmissionArithmetic checks the nominal accounting without a node:
@@ -174,7 +175,7 @@ func TestPausedSandboxesAreReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	// runc cannot checkpoint here: a pause keeps the files.
-	if _, err := e.mgr.Pause(ctx, "t1", old.ID, false); err != nil {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), old.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	pausedAt := time.Now()
@@ -193,7 +194,7 @@ func TestPausedSandboxesAreReaped(t *testing.T) {
 	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, old.ID); err == nil {
 		t.Error("its container is left")
 	}
-	if got, err := e.mgr.Get(ctx, "t1", running.ID); err != nil || got.State != store.StateRunning {
+	if got, err := e.mgr.Get(ctx, team.MustParse("t1"), running.ID); err != nil || got.State != store.StateRunning {
 		t.Errorf("the running sandbox: %+v %v", got, err)
 	}
 	logMu.Lock()

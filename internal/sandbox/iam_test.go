@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A create's iam is checked as E2B's API checks it, and a rule may use
@@ -51,7 +52,7 @@ func TestIAMChecks(t *testing.T) {
 // keeps them); a sandbox created without iam gets none from an update.
 func TestUpdateNetworkKeepsIAM(t *testing.T) {
 	m, _ := bareManager(t)
-	err := m.UpdateNetwork(context.Background(), "t1", "sb1", NetworkUpdate{
+	err := m.UpdateNetwork(context.Background(), team.MustParse("t1"), "sb1", NetworkUpdate{
 		Rules: map[string][]egress.Rule{"api.example.com": {{Transform: &egress.Transform{Headers: map[string]string{"X": "${e2b.identity.tokens.aws}"}}}}},
 	})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "iam.tokens") {

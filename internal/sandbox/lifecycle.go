@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/steptrace"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Pause, resume, kill, and the reaper.
@@ -42,9 +43,17 @@ func (e *ResumeError) Error() string {
 func (e *ResumeError) Unwrap() error { return e.Err }
 
 // Kill ends a team's sandbox and removes it, running or paused.
-func (m *Manager) Kill(ctx context.Context, teamID, id string) error {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) Kill(ctx context.Context, teamID team.ID, id string) error {
+	return m.killIn(ctx, teamID.Scope(), id)
+}
+
+// killIn is Kill of a sandbox in scope: a team's, or all teams' for the
+// manager's own work (a drain).
+func (m *Manager) killIn(ctx context.Context, scope store.TeamScope, id string) error {
+	teamID := scope.Team() // "" for all teams, of which RemoveFromBlobStore finds nothing
+	l, err := m.lookup(scope, id)
 	if err == nil {
+		teamID = l.teamID
 		// A copy here of a sandbox another node took over from the blob
 		// store goes, and then the sandbox itself if that node is lost
 		// (below).
@@ -141,8 +150,14 @@ func (m *Manager) uncountLocked(teamID string) {
 
 // Pause pauses a running sandbox to disk, with its memory (keepMemory) or
 // only its files. It reports false if the sandbox was already paused.
-func (m *Manager) Pause(ctx context.Context, teamID, id string, keepMemory bool) (bool, error) {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) Pause(ctx context.Context, teamID team.ID, id string, keepMemory bool) (bool, error) {
+	return m.pauseIn(ctx, teamID.Scope(), id, keepMemory)
+}
+
+// pauseIn is Pause of a sandbox in scope: a team's, or all teams' for the
+// manager's own work (a drain).
+func (m *Manager) pauseIn(ctx context.Context, scope store.TeamScope, id string, keepMemory bool) (bool, error) {
+	l, err := m.lookup(scope, id)
 	if err != nil {
 		return false, err
 	}
@@ -277,7 +292,7 @@ type ResumeOptions struct {
 
 // ResumeSandbox resumes a team's paused sandbox (POST /resume); a running
 // one is ErrConflict.
-func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts ResumeOptions) (store.Sandbox, error) {
+func (m *Manager) ResumeSandbox(ctx context.Context, teamID team.ID, id string, opts ResumeOptions) (store.Sandbox, error) {
 	if err := checkTerm("timeout", opts.Timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -295,7 +310,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, teamID, id string, opts Res
 // Connect returns a team's sandbox, running: a paused one is resumed for
 // timeout (resumed is true), a running one lives at least timeout longer.
 // memory false boots a paused sandbox anew instead of restoring its memory.
-func (m *Manager) Connect(ctx context.Context, teamID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
+func (m *Manager) Connect(ctx context.Context, teamID team.ID, id string, timeout time.Duration, memory bool) (rec store.Sandbox, resumed bool, err error) {
 	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return store.Sandbox{}, false, err
 	}
@@ -402,6 +417,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 			return err
 		}
 		committed = true
+		m.faultPoint("resume-before-restore", l.id)
 		return nil
 	})
 	if err != nil {
@@ -416,6 +432,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 		}
 		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
 	}
+	m.faultPoint("resume-after-restore", l.id)
 	booted := !opts.Memory || parked.Checkpoint == ""
 	if booted {
 		err = initEnvd(ctx, inst, l.transport, rec.EnvdAccessToken, rec, m.templateEnvs(rec))
@@ -483,10 +500,10 @@ func (m *Manager) withTrust(templateEnvs map[string]string) map[string]string {
 
 // lookupOrAdopt is lookup, falling back to taking over the sandbox from
 // the blob store when another node paused it there (blobs.go).
-func (m *Manager) lookupOrAdopt(ctx context.Context, teamID, id string) (*live, error) {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) lookupOrAdopt(ctx context.Context, teamID team.ID, id string) (*live, error) {
+	l, err := m.lookup(teamID.Scope(), id)
 	if errors.Is(err, ErrNotFound) && m.cfg.Blobs != nil {
-		return m.adoptFromBlob(ctx, teamID, id)
+		return m.adoptFromBlob(ctx, teamID.String(), id)
 	}
 	return l, err
 }

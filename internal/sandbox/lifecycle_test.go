@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	pb "github.com/warren-sandbox/warren/proto/envd/process"
 	"github.com/warren-sandbox/warren/proto/envd/process/processconnect"
 )
@@ -123,7 +124,7 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	if _, err := e.mgr.Track(rec.ID, func() { close(ended) }); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); !ok || err != nil {
 		t.Fatalf("pause: %v %v", ok, err)
 	}
 	select {
@@ -134,11 +135,11 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	if _, err := e.mgr.Track(rec.ID, func() {}); !errors.Is(err, proxy.ErrTransitioning) {
 		t.Errorf("Track of the paused sandbox: %v", err)
 	}
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); ok || err != nil {
 		t.Errorf("second pause: %v %v, want false", ok, err)
 	}
 	released(t, e.mgr, rec.ID)
-	paused, _ := e.mgr.Get(ctx, "t1", rec.ID)
+	paused, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
 	if paused.State != store.StatePaused || paused.Slot != "" || paused.RootfsDir == "" || paused.Checkpoint == "" {
 		t.Errorf("paused record: state %s slot %q rootfs %q checkpoint %q", paused.State, paused.Slot, paused.RootfsDir, paused.Checkpoint)
 	}
@@ -159,18 +160,18 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a create beside a paused sandbox on a node for one: %v", err)
 	}
-	if _, _, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !errors.Is(err, ErrNoCapacity) {
+	if _, _, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !errors.Is(err, ErrNoCapacity) {
 		t.Errorf("resuming on a full node: %v", err)
 	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.State != store.StatePaused {
+	if got, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID); got.State != store.StatePaused {
 		t.Errorf("after a refused resume: %s", got.State)
 	}
-	if err := e.mgr.Kill(ctx, "t1", other.ID); err != nil {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), other.ID); err != nil {
 		t.Fatal(err)
 	}
 
 	time.Sleep(1100 * time.Millisecond) // its clock stood still; the resume's new term starts now
-	got, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, 90*time.Second, true)
+	got, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, 90*time.Second, true)
 	if !resumed || err != nil {
 		t.Fatalf("connect: %v %v", resumed, err)
 	}
@@ -196,10 +197,10 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 		t.Errorf("the checkpoint outlived the resume: %v", err)
 	}
 	// A second round.
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); !ok || err != nil {
 		t.Fatalf("second pause: %v %v", ok, err)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("second connect: %v %v", resumed, err)
 	}
 	if _, p := count(t, e.mgr, rec); p != pid {
@@ -207,13 +208,13 @@ func TestPauseToDiskAndConnect(t *testing.T) {
 	}
 	// Without memory its files stay and its processes do not; so does
 	// a resume that asks to boot.
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, false); !ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, false); !ok || err != nil {
 		t.Fatalf("pause without memory: %v %v", ok, err)
 	}
-	if got, _ := e.mgr.Get(ctx, "t1", rec.ID); got.Checkpoint != "" {
+	if got, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID); got.Checkpoint != "" {
 		t.Errorf("a pause without memory recorded a checkpoint %q", got.Checkpoint)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("connect after a pause without memory: %v %v", resumed, err)
 	}
 	if out := run(t, e.mgr, rec, "cat /home/user/file; echo $MINE; pgrep -x sleep || echo no-loop"); out != "kept\nyes\nno-loop\n" {
@@ -233,30 +234,30 @@ func TestAutoPauseThenConnectStartsANewTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !poll.Within(20*time.Second, 50*time.Millisecond, func() bool {
-		got, _ := e.mgr.Get(ctx, "t1", rec.ID)
+		got, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
 		return got.State == store.StatePaused
 	}) {
 		t.Fatal("not paused on timeout within 20 s")
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("connect: %v %v", resumed, err)
 	}
 	time.Sleep(time.Second) // ten reaper rounds
-	got, _ := e.mgr.Get(ctx, "t1", rec.ID)
+	got, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
 	if got.State != store.StateRunning || time.Until(got.EndAt) < 50*time.Second {
 		t.Errorf("after connect: %s, ends in %v", got.State, time.Until(got.EndAt))
 	}
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, true); err != nil {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	paused, _ := e.mgr.Get(ctx, "t1", rec.ID)
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+	paused, _ := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(paused.RootfsDir); !os.IsNotExist(err) {
 		t.Errorf("a killed paused sandbox left %s: %v", paused.RootfsDir, err)
 	}
-	if _, err := e.mgr.Get(ctx, "t1", rec.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("after kill: %v", err)
 	}
 }
@@ -295,7 +296,7 @@ func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
 	}
 	run(t, e.mgr, rec, counterLoop)
 	_, pid := count(t, e.mgr, rec)
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, true); err != nil {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	var seen []string
@@ -306,14 +307,14 @@ func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
 		}
 		return nil
 	})
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("connect: %v %v", resumed, err)
 	}
 	if fmt.Sprint(seen) != "[true]" {
 		t.Errorf("the resume was recorded when the container existed already: %v", seen)
 	}
 
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, true); err != nil {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := hs.GetSandbox(ctx, rec.ID)
@@ -323,7 +324,7 @@ func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
 		}
 		return nil
 	})
-	if _, _, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); err == nil {
+	if _, _, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); err == nil {
 		t.Error("connect succeeded though its resume could not be recorded")
 	}
 	if _, err := e.mgr.cfg.Node.Runtime().State(ctx, rec.ID); !errors.Is(err, runtime.ErrNotFound) {
@@ -334,7 +335,7 @@ func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
 	fr.mu.Lock()
 	fr.fail = true
 	fr.mu.Unlock()
-	_, _, err = e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true)
+	_, _, err = e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true)
 	var re *ResumeError
 	if !errors.As(err, &re) || re.Step != "restoring its memory checkpoint" {
 		t.Fatalf("a failed restore: %v", err)
@@ -349,7 +350,7 @@ func TestResumeIsRecordedBeforeTheRuntimeActs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(after.Checkpoint, "checkpoint.img")); err != nil {
 		t.Errorf("its checkpoint after a failed resume: %v", err)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("a later connect: %v %v", resumed, err)
 	}
 	if _, p := count(t, e.mgr, rec); p != pid {
@@ -383,7 +384,7 @@ func TestPausedSandboxesSurviveARestart(t *testing.T) {
 		_, pids[r.ID] = count(t, e.mgr, r)
 	}
 	for _, r := range []store.Sandbox{paused, midResume} {
-		if _, err := e.mgr.Pause(ctx, "t1", r.ID, true); err != nil {
+		if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), r.ID, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -403,12 +404,12 @@ func TestPausedSandboxesSurviveARestart(t *testing.T) {
 	e = startRunsc(t, st, Config{})
 	defer e.destroy()
 	for _, r := range []store.Sandbox{paused, midPause, midResume} {
-		got, err := e.mgr.Get(ctx, "t1", r.ID)
+		got, err := e.mgr.Get(ctx, team.MustParse("t1"), r.ID)
 		if err != nil || got.State != store.StatePaused {
 			t.Errorf("%s after the restart: %s %v", r.ID, got.State, err)
 			continue
 		}
-		if _, resumed, err := e.mgr.Connect(ctx, "t1", r.ID, time.Minute, true); !resumed || err != nil {
+		if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), r.ID, time.Minute, true); !resumed || err != nil {
 			t.Errorf("resuming %s after the restart: %v %v", r.ID, resumed, err)
 			continue
 		}
@@ -431,11 +432,11 @@ func TestForkAndSnapshot(t *testing.T) {
 	}
 	run(t, e.mgr, parent, counterLoop+"; echo parent > /home/user/file")
 	_, pid := count(t, e.mgr, parent)
-	results, err := e.mgr.Fork(ctx, "t1", parent.ID, 2*time.Minute, 2)
+	results, err := e.mgr.Fork(ctx, team.MustParse("t1"), parent.ID, 2*time.Minute, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := e.mgr.Get(ctx, "t1", parent.ID); got.EndAt.UnixMilli() != parent.EndAt.UnixMilli() || got.State != store.StateRunning {
+	if got, _ := e.mgr.Get(ctx, team.MustParse("t1"), parent.ID); got.EndAt.UnixMilli() != parent.EndAt.UnixMilli() || got.State != store.StateRunning {
 		t.Errorf("the parent after the fork: %s ends %v, was %v", got.State, got.EndAt, parent.EndAt)
 	}
 	ids := map[string]bool{parent.ID: true}
@@ -467,16 +468,16 @@ func TestForkAndSnapshot(t *testing.T) {
 		t.Errorf("the fork's snapshot is left: %v", entries)
 	}
 
-	if _, err := e.mgr.Fork(ctx, "t1", parent.ID, time.Minute, MaxForkCount+1); !errors.Is(err, ErrInvalid) {
+	if _, err := e.mgr.Fork(ctx, team.MustParse("t1"), parent.ID, time.Minute, MaxForkCount+1); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a fork of %d: %v", MaxForkCount+1, err)
 	}
-	if _, err := e.mgr.Fork(ctx, "t2", parent.ID, time.Minute, 1); !errors.Is(err, ErrNotFound) {
+	if _, err := e.mgr.Fork(ctx, team.MustParse("t2"), parent.ID, time.Minute, 1); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another team's fork: %v", err)
 	}
-	if _, err := e.mgr.Pause(ctx, "t1", parent.ID, true); err != nil {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), parent.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.mgr.Snapshot(ctx, "t1", parent.ID, filepath.Join(t.TempDir(), "s")); !errors.Is(err, ErrConflict) {
+	if _, err := e.mgr.Snapshot(ctx, team.MustParse("t1"), parent.ID, filepath.Join(t.TempDir(), "s")); !errors.Is(err, ErrConflict) {
 		t.Errorf("a snapshot of a paused sandbox: %v", err)
 	}
 }
@@ -494,7 +495,7 @@ func TestRuncPausesWithoutMemory(t *testing.T) {
 	if e.mgr.canCheckpoint() {
 		t.Skip("runc can checkpoint on this host (CRIU ≥ 4.2)")
 	}
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"memory": false`) {
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"memory": false`) {
 		t.Errorf("pause with memory under runc: %v", err)
 	}
 	if _, err := e.create(CreateRequest{AutoPause: true}); !errors.Is(err, ErrInvalid) {
@@ -505,10 +506,10 @@ func TestRuncPausesWithoutMemory(t *testing.T) {
 		t.Errorf("autoPause without memory under runc: %v", err)
 	}
 	run(t, e.mgr, rec, "echo kept > /home/user/file")
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, false); !ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, false); !ok || err != nil {
 		t.Fatalf("pause without memory: %v %v", ok, err)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, true); !resumed || err != nil {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, true); !resumed || err != nil {
 		t.Fatalf("connect: %v %v", resumed, err)
 	}
 	if out := run(t, e.mgr, rec, "cat /home/user/file"); out != "kept\n" {
@@ -531,7 +532,7 @@ func TestTrafficResumeWaitsForAPlaceInTheTeamLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.mgr.Pause(ctx, "t1", rec.ID, true); !ok || err != nil {
+	if ok, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, true); !ok || err != nil {
 		t.Fatalf("pause: %v %v", ok, err)
 	}
 	released(t, e.mgr, rec.ID)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // LogEntry is one line of a sandbox's log: envd's own messages and the
@@ -33,8 +33,8 @@ const (
 
 // Logs returns up to limit entries of a sandbox's log at or after start,
 // oldest first.
-func (m *Manager) Logs(ctx context.Context, teamID, id string, start time.Time, limit int) ([]LogEntry, error) {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) Logs(ctx context.Context, teamID team.ID, id string, start time.Time, limit int) ([]LogEntry, error) {
+	l, err := m.lookup(teamID.Scope(), id)
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/volume"
 )
 
@@ -437,7 +438,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.every(m.cfg.ReconcileInterval, m.reconcile)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.Blobs != nil {
-		m.wg.Add(2)
+		m.wg.Add(4)
+		go func() {
+			defer m.wg.Done()
+			m.storeUnstored()
+		}()
+		go m.every(blobGCInterval, m.storeUnstored)
 		go m.every(blobGCInterval, m.collectBlobs)
 		go m.every(lostReapInterval, m.reapLostPaused)
 	}
@@ -477,7 +483,7 @@ func (m *Manager) forget(ctx context.Context, id string) {
 }
 
 func validateCreate(req CreateRequest) error {
-	if req.TeamID == "" {
+	if req.TeamID.IsZero() {
 		return fmt.Errorf("%w: the sandbox's team is required", ErrInvalid)
 	}
 	if req.TemplateID == "" {
@@ -530,7 +536,7 @@ func (m *Manager) resolveMounts(ctx context.Context, teamID string, mounts []Vol
 // but not name others).
 func (m *Manager) createMounts(ctx context.Context, req CreateRequest, tmpl *image.Template) ([]store.VolumeMount, error) {
 	if len(tmpl.SnapshotMounts) == 0 {
-		return m.resolveMounts(ctx, req.TeamID, req.VolumeMounts)
+		return m.resolveMounts(ctx, req.TeamID.String(), req.VolumeMounts)
 	}
 	want := map[string]string{}
 	for _, vm := range tmpl.SnapshotMounts {
@@ -543,7 +549,7 @@ func (m *Manager) createMounts(ctx context.Context, req CreateRequest, tmpl *ima
 	}
 	out := make([]store.VolumeMount, 0, len(tmpl.SnapshotMounts))
 	for _, vm := range tmpl.SnapshotMounts {
-		v, err := m.cfg.Store.GetVolume(ctx, req.TeamID, vm.VolumeID)
+		v, err := m.cfg.Store.GetVolume(ctx, req.TeamID.String(), vm.VolumeID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: volume %q, which the snapshot mounts, is gone", ErrVolumeNotFound, vm.Name)
 		}
@@ -719,9 +725,9 @@ func (m *Manager) discard(inst *node.Instance) {
 }
 
 // Get returns a team's sandbox. Killed sandboxes are not found, nor is
-// any for an empty team.
-func (m *Manager) Get(ctx context.Context, teamID, id string) (store.Sandbox, error) {
-	scope := store.ForTeam(teamID)
+// any for the zero team.ID.
+func (m *Manager) Get(ctx context.Context, teamID team.ID, id string) (store.Sandbox, error) {
+	scope := teamID.Scope()
 	if scope.None() {
 		return store.Sandbox{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -736,10 +742,10 @@ func visible(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused
 }
 
-// List returns a team's sandboxes matching f (whose TeamID it sets);
-// none for an empty team.
-func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter) ([]store.Sandbox, error) {
-	f.Teams = store.ForTeam(teamID)
+// List returns a team's sandboxes matching f (whose Teams it sets);
+// none for the zero team.ID.
+func (m *Manager) List(ctx context.Context, teamID team.ID, f store.SandboxFilter) ([]store.Sandbox, error) {
+	f.Teams = teamID.Scope()
 	if f.Teams.None() {
 		return nil, nil
 	}
@@ -750,12 +756,12 @@ func (m *Manager) List(ctx context.Context, teamID string, f store.SandboxFilter
 }
 
 // CountSandboxes is how many of a team's sandboxes List would return for f (its
-// Limit and After aside), counted in the store; 0 for an empty team.
-func (m *Manager) CountSandboxes(ctx context.Context, teamID string, f store.SandboxFilter) (int, error) {
-	if teamID == "" {
+// Limit and After aside), counted in the store; 0 for the zero team.ID.
+func (m *Manager) CountSandboxes(ctx context.Context, teamID team.ID, f store.SandboxFilter) (int, error) {
+	if teamID.IsZero() {
 		return 0, nil
 	}
-	f.Teams = store.ForTeam(teamID)
+	f.Teams = teamID.Scope()
 	if len(f.States) == 0 {
 		f.States = []store.SandboxState{store.StateRunning, store.StatePaused}
 	}
@@ -767,9 +773,9 @@ func (m *Manager) CountSandboxes(ctx context.Context, teamID string, f store.San
 	return total, err
 }
 
-// lookup finds a live sandbox in scope: a team's (store.ForTeam, where an
-// empty team matches none), or, for the manager's own work (the
-// reaper), store.AllTeams().
+// lookup finds a live sandbox in scope: a team's (team.ID.Scope, where
+// the zero ID matches none), or, for the manager's own work (the reaper,
+// a drain), store.AllTeams().
 func (m *Manager) lookup(scope store.TeamScope, id string) (*live, error) {
 	m.mu.Lock()
 	l := m.live[id]
@@ -781,7 +787,7 @@ func (m *Manager) lookup(scope store.TeamScope, id string) (*live, error) {
 }
 
 // SetTimeout makes the sandbox expire timeout from now.
-func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout time.Duration) error {
+func (m *Manager) SetTimeout(ctx context.Context, teamID team.ID, id string, timeout time.Duration) error {
 	if err := checkTerm("timeout", timeout, m.maxTimeout()); err != nil {
 		return err
 	}
@@ -789,7 +795,7 @@ func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, timeout tim
 }
 
 // Refresh makes the sandbox live at least d longer from now.
-func (m *Manager) Refresh(ctx context.Context, teamID, id string, d time.Duration) error {
+func (m *Manager) Refresh(ctx context.Context, teamID team.ID, id string, d time.Duration) error {
 	if err := checkTerm("duration", d, MaxRefresh); err != nil {
 		return err
 	}
@@ -803,8 +809,8 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-func (m *Manager) moveEnd(ctx context.Context, teamID, id string, move func(time.Time) time.Time) error {
-	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil {
+func (m *Manager) moveEnd(ctx context.Context, teamID team.ID, id string, move func(time.Time) time.Time) error {
+	if _, err := m.lookup(teamID.Scope(), id); err != nil {
 		return err
 	}
 	_, err := m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/setup"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -190,8 +191,8 @@ func (e *env) destroy() {
 }
 
 func (e *env) create(req CreateRequest) (store.Sandbox, error) {
-	if req.TeamID == "" {
-		req.TeamID = "t1"
+	if req.TeamID.IsZero() {
+		req.TeamID = team.MustParse("t1")
 	}
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
@@ -381,7 +382,7 @@ func TestKillDuringEnvdInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-h.started
-	if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-h.ended; !errors.Is(err, context.Canceled) {
@@ -407,16 +408,16 @@ func TestLimits(t *testing.T) {
 	if _, err := e.create(CreateRequest{}); !errors.Is(err, ErrTeamLimit) {
 		t.Errorf("second sandbox of a team with a limit of 1: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t2"}); err != nil {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t2")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3"}); !errors.Is(err, ErrNoCapacity) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3")}); !errors.Is(err, ErrNoCapacity) {
 		t.Errorf("third sandbox on a node with a limit of 2: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3", TemplateID: "nope"}); !errors.Is(err, ErrTemplateNotFound) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3"), TemplateID: "nope"}); !errors.Is(err, ErrTemplateNotFound) {
 		t.Errorf("unknown template: %v", err)
 	}
-	if _, err := e.create(CreateRequest{TeamID: "t3", Timeout: -time.Second}); !errors.Is(err, ErrInvalid) {
+	if _, err := e.create(CreateRequest{TeamID: team.MustParse("t3"), Timeout: -time.Second}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative timeout: %v", err)
 	}
 	if live, _ := e.mgr.Count(); live != 2 {
@@ -436,7 +437,7 @@ func TestReaperKillsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := e.mgr.SetTimeout(ctx, "t1", rec.ID, 0); err != nil {
+	if err := e.mgr.SetTimeout(ctx, team.MustParse("t1"), rec.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !poll.Within(10*time.Second, 50*time.Millisecond, func() bool {
@@ -445,13 +446,13 @@ func TestReaperKillsExpired(t *testing.T) {
 	}) {
 		t.Fatal("the expired sandbox was not removed within 10 s")
 	}
-	if _, err := e.mgr.Get(ctx, "t1", keep.ID); err != nil {
+	if _, err := e.mgr.Get(ctx, team.MustParse("t1"), keep.ID); err != nil {
 		t.Errorf("the other sandbox: %v", err)
 	}
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); !errors.Is(err, ErrNotFound) {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("killing the reaped sandbox: %v", err)
 	}
-	if err := e.mgr.Kill(ctx, "t2", keep.ID); !errors.Is(err, ErrNotFound) {
+	if err := e.mgr.Kill(ctx, team.MustParse("t2"), keep.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another team killed it: %v", err)
 	}
 }
@@ -464,7 +465,7 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	before, err := e.mgr.Logs(ctx, "t1", rec.ID, time.Time{}, 0)
+	before, err := e.mgr.Logs(ctx, team.MustParse("t1"), rec.ID, time.Time{}, 0)
 	if err != nil || len(before) == 0 {
 		t.Fatalf("envd's log: %d entries, %v", len(before), err)
 	}
@@ -481,7 +482,7 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 	if _, err := st.GetSandbox(ctx, half.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the interrupted create's record is still there: %v", err)
 	}
-	got, err := e.mgr.Get(ctx, "t1", rec.ID)
+	got, err := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
 	if err != nil || got.State != store.StateRunning {
 		t.Fatalf("after restart: %+v, %v", got, err)
 	}
@@ -489,10 +490,10 @@ func TestRestartAdoptsRunningAndRemovesTheRest(t *testing.T) {
 		t.Errorf("envd of the adopted sandbox: %d %s", status, body)
 	}
 	// envd's log (on the sandbox's own disk) is found again.
-	if after, err := e.mgr.Logs(ctx, "t1", rec.ID, time.Time{}, 0); err != nil || len(after) < len(before) || after[0].Line != before[0].Line {
+	if after, err := e.mgr.Logs(ctx, team.MustParse("t1"), rec.ID, time.Time{}, 0); err != nil || len(after) < len(before) || after[0].Line != before[0].Line {
 		t.Errorf("envd's log after the restart: %d entries (%d before), %v", len(after), len(before), err)
 	}
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); err != nil {
 		t.Errorf("killing the adopted sandbox: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", rec.ID)); !os.IsNotExist(err) {

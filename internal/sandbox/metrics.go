@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Metric is one sample of a sandbox's resource use.
@@ -88,8 +88,8 @@ func (m *Manager) sample(ctx context.Context, l *live) (Metric, error) {
 
 // Metrics returns a sandbox's samples between start and end (zero: open).
 // A sandbox not sampled yet is sampled now, so there is always one.
-func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end time.Time) ([]Metric, error) {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) Metrics(ctx context.Context, teamID team.ID, id string, start, end time.Time) ([]Metric, error) {
+	l, err := m.lookup(teamID.Scope(), id)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/metrics/metricstest"
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // The metrics follow what the manager does: a real create from the warm
@@ -87,7 +88,7 @@ func TestMetricsFollowTheManager(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := e.mgr.Pause(ctx, "t1", rec.ID, false); err != nil { // runc here: the files only
+	if _, err := e.mgr.Pause(ctx, team.MustParse("t1"), rec.ID, false); err != nil { // runc here: the files only
 		t.Fatal(err)
 	}
 	f = scrape()
@@ -97,10 +98,10 @@ func TestMetricsFollowTheManager(t *testing.T) {
 	if got := val(f, "warren_sandbox_operations_total", "operation", "pause", "outcome", "ok"); got != 1 {
 		t.Errorf("pauses: %g", got)
 	}
-	if _, resumed, err := e.mgr.Connect(ctx, "t1", rec.ID, time.Minute, false); err != nil || !resumed {
+	if _, resumed, err := e.mgr.Connect(ctx, team.MustParse("t1"), rec.ID, time.Minute, false); err != nil || !resumed {
 		t.Fatalf("connect: resumed %v, %v", resumed, err)
 	}
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	f = scrape()

@@ -46,6 +46,7 @@ type warm struct {
 	// one booted: a rebuilt template's start snapshot has a new ID.
 	snapshot string
 	res      Resources
+	readyAt  time.Time // when it was started: the reconciler judges it only by a later list
 }
 
 // startsWarm says whether a create of tmpl with these volume mounts may
@@ -391,7 +392,7 @@ func (p *pool) start(ctx context.Context, tmpl *image.Template, r Resources) (*w
 	}
 	tr.Mark("warm-up")
 	m.log.Debug("warm sandbox ready", "sandbox", inst.ID, "template", p.templateID, "snapshot", tmpl.Snapshot, "steps", tr.String())
-	return &warm{inst: inst, token: req.AccessToken, layers: tmpl.Layers, snapshot: tmpl.Snapshot, res: r}, nil
+	return &warm{inst: inst, token: req.AccessToken, layers: tmpl.Layers, snapshot: tmpl.Snapshot, res: r, readyAt: time.Now()}, nil
 }
 
 // drain removes the ready warm sandboxes; the filler and its starts have

@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // testTuning is the sizing policy on a test's time scale: seconds, not
@@ -88,7 +89,7 @@ func TestWarmPoolGrowsWithBurstAndShrinksWhenIdle(t *testing.T) {
 		kills.Add(1)
 		go func() {
 			defer kills.Done()
-			if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+			if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), rec.ID); err != nil {
 				t.Errorf("kill %s: %v", rec.ID, err)
 			}
 		}()
@@ -163,7 +164,7 @@ func TestWarmPoolForAnotherTemplateIsMadeAndReaped(t *testing.T) {
 		t.Errorf("the second create is %s of %s, want the warm %s of %s", second.ID, second.TemplateID, w.inst.ID, otherID)
 	}
 	for _, id := range []string{first.ID, second.ID} {
-		if err := e.mgr.Kill(context.Background(), "t1", id); err != nil {
+		if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), id); err != nil {
 			t.Error(err)
 		}
 	}
@@ -250,7 +251,7 @@ func TestForgetTemplateEmptiesItsPool(t *testing.T) {
 	if live, warm := e.mgr.Count(); live != 1 || warm != 1 {
 		t.Errorf("after forgetting: %d live, %d warm; want the created one and base's warm one", live, warm)
 	}
-	if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), rec.ID); err != nil {
 		t.Error(err)
 	}
 	e.mgr.ForgetTemplate("never-had-a-pool") // a no-op
@@ -341,7 +342,7 @@ func TestPoolBudgetCountsWhatWarmSandboxesHoldAndBatchesStay(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if err := e.mgr.Kill(context.Background(), "t1", rec.ID); err != nil {
+			if err := e.mgr.Kill(context.Background(), team.MustParse("t1"), rec.ID); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -19,7 +19,8 @@ import (
 // if it is still dead it is removed as a kill removes it: its record goes
 // (a GET answers 404, which E2B's SDKs read as a sandbox that ended), and
 // its container, cgroups, root filesystem, loop device and network slot
-// are released.
+// are released. A ready warm sandbox whose container died is discarded
+// and its pool starts another: a create would otherwise claim it.
 
 // DefaultReconcileInterval is Config.ReconcileInterval's default.
 const DefaultReconcileInterval = 5 * time.Second
@@ -37,10 +38,12 @@ func (m *Manager) reconcile() {
 			running = append(running, l)
 		}
 	}
+	pools := len(m.pools)
 	m.mu.Unlock()
-	if len(running) == 0 {
+	if len(running) == 0 && pools == 0 {
 		return
 	}
+	listed := time.Now()
 	cs, err := m.cfg.Node.Runtime().List(ctx)
 	if err != nil {
 		m.log.Warn("reconciler: listing the runtime's containers", "err", err)
@@ -55,6 +58,51 @@ func (m *Manager) reconcile() {
 			continue
 		}
 		m.reconcileOne(ctx, l)
+	}
+	m.reconcileWarm(listed, alive)
+}
+
+// reconcileWarm discards the ready warm sandboxes whose container is not
+// alive in a list taken at listed (those started since are left to the
+// next pass) and has their pools start others. Each pool's channel is
+// turned once round, its order kept; a claim meanwhile takes one as
+// usual, or finds none and starts cold.
+func (m *Manager) reconcileWarm(listed time.Time, alive map[string]bool) {
+	var dead []*warm
+	var refill []*pool
+	m.mu.Lock()
+	for _, p := range m.pools {
+		found := false
+		for range len(p.ready) {
+			var w *warm
+			select {
+			case w = <-p.ready:
+			default:
+			}
+			if w == nil {
+				break
+			}
+			if w.readyAt.Before(listed) && !alive[w.inst.ID] {
+				dead, found = append(dead, w), true
+				continue
+			}
+			select {
+			case p.ready <- w:
+			default: // cannot happen: ready and building never exceed the capacity
+				dead = append(dead, w)
+			}
+		}
+		if found {
+			refill = append(refill, p)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range dead {
+		m.log.Warn("a warm sandbox's runtime died before any create claimed it; discarding it", "sandbox", w.inst.ID)
+		m.discard(w.inst)
+	}
+	for _, p := range refill {
+		p.refill()
 	}
 }
 

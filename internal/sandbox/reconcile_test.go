@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // A sandbox whose runsc sandbox process is killed from the host (an OOM
@@ -54,7 +56,7 @@ func TestReconcilerRemovesASandboxWhoseRuntimeDied(t *testing.T) {
 		rec, _ := st.GetSandbox(ctx, victim.ID)
 		t.Fatalf("15 s after its runsc sandbox process was killed the store still has it %s", rec.State)
 	}
-	if _, err := e.mgr.Get(ctx, "t1", victim.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := e.mgr.Get(ctx, team.MustParse("t1"), victim.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of the dead sandbox: %v, want ErrNotFound", err)
 	}
 
@@ -91,7 +93,7 @@ func TestReconcilerRemovesASandboxWhoseRuntimeDied(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", victim.ID)); !os.IsNotExist(err) {
 		t.Errorf("its root filesystem is left: %v", err)
 	}
-	if got, err := e.mgr.Get(ctx, "t1", neighbour.ID); err != nil || got.State != store.StateRunning {
+	if got, err := e.mgr.Get(ctx, team.MustParse("t1"), neighbour.ID); err != nil || got.State != store.StateRunning {
 		t.Fatalf("the neighbour: %+v %v", got, err)
 	}
 	if out := run(t, e.mgr, neighbour, "echo ok"); strings.TrimSpace(out) != "ok" {
@@ -114,4 +116,53 @@ func sandboxPid(t *testing.T, e *env, id string) int {
 	}
 	t.Fatalf("the runtime lists no process of %s: %+v", id, cs)
 	return 0
+}
+
+// A warm sandbox whose runsc process dies (killed from the host, OOM)
+// while nobody has claimed it is discarded by the reconciler and
+// replaced: a create never claims a dead one.
+func TestReconcilerReplacesADeadWarmSandbox(t *testing.T) {
+	e := startWith(t, newStore(t), Config{PoolSize: 1, ReconcileInterval: 200 * time.Millisecond}, envOptions{runtime: "runsc", tuning: &testTuning})
+	defer e.destroy()
+	// readyID is the pool's ready warm sandbox, "" for none (taken out
+	// and put back: the test makes no creates meanwhile).
+	readyID := func() string {
+		e.mgr.mu.Lock()
+		defer e.mgr.mu.Unlock()
+		p := e.mgr.pools[baseimage.TemplateID]
+		if p == nil {
+			return ""
+		}
+		select {
+		case w := <-p.ready:
+			p.ready <- w
+			return w.inst.ID
+		default:
+			return ""
+		}
+	}
+	var dead string
+	if !poll.Within(60*time.Second, 50*time.Millisecond, func() bool { dead = readyID(); return dead != "" }) {
+		t.Fatal("the pool never had a warm sandbox ready")
+	}
+	if err := syscall.Kill(sandboxPid(t, e, dead), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var replacement string
+	if !poll.Within(30*time.Second, 50*time.Millisecond, func() bool {
+		replacement = readyID()
+		return replacement != "" && replacement != dead
+	}) {
+		t.Fatalf("30 s after its runsc process was killed, the pool still holds %s (ready: %q)", dead, readyID())
+	}
+	if _, err := e.mgr.cfg.Node.Runtime().State(context.Background(), dead); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("the dead warm sandbox's container is left: %v", err)
+	}
+	rec, err := e.create(CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, e.mgr, rec, "echo ok"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("a create after the warm sandbox died: %q", out)
+	}
 }

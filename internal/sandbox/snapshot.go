@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Snapshots and forks: a running sandbox checkpointed in place (frozen for
@@ -45,8 +46,8 @@ type Snapshot struct {
 // Snapshot checkpoints a team's running sandbox into dir (which must not
 // exist) with a copy of its disk (node.Snapshot); the sandbox runs on. A
 // paused sandbox is ErrConflict: resume it first.
-func (m *Manager) Snapshot(ctx context.Context, teamID, id, dir string) (Snapshot, error) {
-	l, err := m.lookup(store.ForTeam(teamID), id)
+func (m *Manager) Snapshot(ctx context.Context, teamID team.ID, id, dir string) (Snapshot, error) {
+	l, err := m.lookup(teamID.Scope(), id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -100,14 +101,14 @@ type ForkResult struct {
 // fails on its own (limits apply to each as to a create); an error is
 // returned only when nothing could be forked (unknown or paused sandbox,
 // snapshot failed).
-func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Duration, count int) ([]ForkResult, error) {
+func (m *Manager) Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]ForkResult, error) {
 	if count < 1 || count > MaxForkCount {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", ErrInvalid, MaxForkCount)
 	}
 	if max := m.maxTimeout(); timeout <= 0 || timeout > max {
 		return nil, fmt.Errorf("%w: timeout must be greater than 0 and at most %d seconds", ErrInvalid, int(max.Seconds()))
 	}
-	if _, err := m.lookup(store.ForTeam(teamID), id); err != nil { // before anything is made
+	if _, err := m.lookup(teamID.Scope(), id); err != nil { // before anything is made
 		return nil, err
 	}
 	snapID := forkSnapshotPrefix + NewID()
@@ -122,7 +123,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 		}
 	}()
 	parent := snap.Sandbox
-	req := childRequest(parent, timeout)
+	req := childRequest(teamID, parent, timeout)
 	img := snap.Image
 	img.ID, img.Snapshot = parent.TemplateID, snapID
 	resolved := Template{ID: parent.TemplateID, Alias: parent.Alias, Image: &img, CPUCount: parent.CPUCount, MemoryMB: parent.MemoryMB, fork: true}
@@ -147,11 +148,12 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, timeout time.Dura
 // lifecycle, network and what else a record carries) but its timeout.
 // The one place a record becomes a CreateRequest, as nodeRequest is the
 // one place it becomes a node.CreateRequest: what a sandbox gains (egress
-// rules, volumes) is carried to its forks here.
-func childRequest(parent store.Sandbox, timeout time.Duration) CreateRequest {
+// rules, volumes) is carried to its forks here. The child is teamID's,
+// the team the parent was found in.
+func childRequest(teamID team.ID, parent store.Sandbox, timeout time.Duration) CreateRequest {
 	autoPauseMemory := parent.AutoPauseMemory
 	return CreateRequest{
-		TeamID: parent.TeamID, TemplateID: parent.TemplateID, Timeout: timeout,
+		TeamID: teamID, TemplateID: parent.TemplateID, Timeout: timeout,
 		Metadata: parent.Metadata, EnvVars: parent.EnvVars, AutoPause: parent.AutoPause,
 		AutoPauseMemory: &autoPauseMemory, AutoResume: parent.AutoResume, Secure: true,
 		AllowInternetAccess: parent.AllowInternetAccess, Extra: ParseExtra(parent.Extra),

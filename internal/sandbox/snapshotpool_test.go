@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/baseimage"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // snapTuning keeps one warm sandbox for a template created from once in
@@ -41,7 +42,7 @@ func (e *env) snapshotImage(id, script string) (image.Template, int) {
 	run(t, e.mgr, rec, script)
 	_, pid := count(t, e.mgr, rec)
 	snapID := "wst-" + NewID()
-	snap, err := e.mgr.Snapshot(ctx, "t1", rec.ID, e.mgr.cfg.Images.SnapshotDir(snapID))
+	snap, err := e.mgr.Snapshot(ctx, team.MustParse("t1"), rec.ID, e.mgr.cfg.Images.SnapshotDir(snapID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func (e *env) snapshotImage(id, script string) (image.Template, int) {
 			t.Error(err)
 		}
 	})
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	img := snap.Image
@@ -166,7 +167,7 @@ func TestWarmPoolRestoresSnapshotTemplates(t *testing.T) {
 	// A fork of a sandbox of the template restores its own snapshot
 	// cold: the template's warm sandbox stays in the pool.
 	w = e.readyWarm(tmplID)
-	forks, err := e.mgr.Fork(ctx, "t1", second.ID, time.Minute, 1)
+	forks, err := e.mgr.Fork(ctx, team.MustParse("t1"), second.ID, time.Minute, 1)
 	if err != nil || forks[0].Err != nil {
 		t.Fatalf("fork: %v %v", err, forks)
 	}
@@ -177,7 +178,7 @@ func TestWarmPoolRestoresSnapshotTemplates(t *testing.T) {
 		t.Errorf("after the fork the pool holds %s, not its warm %s", again.inst.ID, w.inst.ID)
 	}
 	for _, id := range []string{first.ID, second.ID, forks[0].Sandbox.ID} {
-		if err := e.mgr.Kill(ctx, "t1", id); err != nil {
+		if err := e.mgr.Kill(ctx, team.MustParse("t1"), id); err != nil {
 			t.Error(err)
 		}
 	}
@@ -225,7 +226,7 @@ func TestWarmPoolRestoresSnapshotTemplates(t *testing.T) {
 		t.Errorf("the claimed sandbox of the rebuilt template sees %q", out)
 	}
 	for _, id := range []string{third.ID, fourth.ID} {
-		if err := e.mgr.Kill(ctx, "t1", id); err != nil {
+		if err := e.mgr.Kill(ctx, team.MustParse("t1"), id); err != nil {
 			t.Error(err)
 		}
 	}

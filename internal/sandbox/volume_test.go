@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/runtime"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 	"github.com/warren-sandbox/warren/internal/volume"
 )
 
@@ -77,11 +78,11 @@ func TestVolumeMountsOnCreate(t *testing.T) {
 	e.stop()
 	e = start(t, st, Config{Volumes: vols})
 	defer e.destroy()
-	got, err := e.mgr.Get(ctx, "t1", rec.ID)
+	got, err := e.mgr.Get(ctx, team.MustParse("t1"), rec.ID)
 	if err != nil || !reflect.DeepEqual(got.VolumeMounts, want) {
 		t.Errorf("after a restart: %+v %v", got.VolumeMounts, err)
 	}
-	if err := e.mgr.Kill(ctx, "t1", rec.ID); err != nil {
+	if err := e.mgr.Kill(ctx, team.MustParse("t1"), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := vols.Delete(ctx, "t1", v.ID); err != nil {

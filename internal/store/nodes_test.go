@@ -69,6 +69,21 @@ func TestNodes(t *testing.T) {
 		if !nodes[1].Lost(t0.Add(11*time.Second), 10*time.Second) || nodes[0].Lost(a.HeartbeatAt.Add(9*time.Second), 10*time.Second) {
 			t.Error("Lost does not compare the heartbeat with the timeout")
 		}
+
+		// A node whose clock runs ahead cannot date its heartbeat in the
+		// future: it would count as alive that much longer after it died.
+		ahead := time.Now().Add(90 * time.Second)
+		if _, err := s.HeartbeatNode(ctx, "b", ahead, NodeUsage{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RegisterNode(ctx, Node{Name: "c", RegisteredAt: ahead, HeartbeatAt: ahead}); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"b", "c"} {
+			if got, _ := s.GetNode(ctx, name); got.HeartbeatAt.After(time.Now().Add(time.Second)) {
+				t.Errorf("node %s's heartbeat dated %v, %v ahead of the store's clock", name, got.HeartbeatAt, time.Until(got.HeartbeatAt).Round(time.Second))
+			}
+		}
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // Snapshots of running sandboxes are templates of their team.
@@ -32,7 +33,7 @@ const snapshotDirPrefix = "sbx-"
 
 // Snapshotter takes snapshots of running sandboxes: the sandbox manager.
 type Snapshotter interface {
-	Snapshot(ctx context.Context, teamID, sandboxID, dir string) (sandbox.Snapshot, error)
+	Snapshot(ctx context.Context, teamID team.ID, sandboxID, dir string) (sandbox.Snapshot, error)
 }
 
 // UseSandboxes gives the builder the sandbox manager, which is made after
@@ -56,8 +57,9 @@ type SnapshotRef struct {
 // team, named name ("", "name" or "name:tag"; a namespace before a '/' is
 // dropped).
 func (b *Builder) CreateSnapshot(ctx context.Context, teamID, createdBy, sandboxID, name string) (SnapshotRef, error) {
-	if teamID == "" {
-		return SnapshotRef{}, fmt.Errorf("%w: no team", ErrForbidden)
+	tm, err := team.Parse(teamID)
+	if err != nil {
+		return SnapshotRef{}, fmt.Errorf("%w: %v", ErrForbidden, err)
 	}
 	alias, tag, existing, err := b.snapshotName(ctx, teamID, name)
 	if err != nil {
@@ -71,7 +73,7 @@ func (b *Builder) CreateSnapshot(ctx context.Context, teamID, createdBy, sandbox
 	}
 	buildID := newUUID()
 	snapID := snapshotDirPrefix + buildID
-	snap, err := snapshotter.Snapshot(ctx, teamID, sandboxID, b.cfg.Images.SnapshotDir(snapID))
+	snap, err := snapshotter.Snapshot(ctx, tm, sandboxID, b.cfg.Images.SnapshotDir(snapID))
 	if err != nil {
 		return SnapshotRef{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // fakeSnapshotter "snapshots" the sandboxes of its map (sandbox ID →
@@ -22,9 +23,9 @@ type fakeSnapshotter struct {
 	calls int
 }
 
-func (f *fakeSnapshotter) Snapshot(_ context.Context, teamID, id, dir string) (sandbox.Snapshot, error) {
+func (f *fakeSnapshotter) Snapshot(_ context.Context, teamID team.ID, id, dir string) (sandbox.Snapshot, error) {
 	f.calls++
-	if f.teams[id] != teamID {
+	if f.teams[id] != teamID.String() {
 		return sandbox.Snapshot{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -33,7 +34,7 @@ func (f *fakeSnapshotter) Snapshot(_ context.Context, teamID, id, dir string) (s
 	os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("state"), 0o600)
 	os.WriteFile(filepath.Join(dir, "disk.img"), []byte("disk"), 0o600)
 	return sandbox.Snapshot{
-		Sandbox: store.Sandbox{ID: id, TeamID: teamID, CPUCount: 1, MemoryMB: 300, DiskSizeMB: 64, EnvdVersion: "0.6", EnvdAccessToken: "tok-" + id},
+		Sandbox: store.Sandbox{ID: id, TeamID: teamID.String(), CPUCount: 1, MemoryMB: 300, DiskSizeMB: 64, EnvdVersion: "0.6", EnvdAccessToken: "tok-" + id},
 		Image:   image.Template{Layers: []string{"base-layer"}, User: "user", Workdir: "/home/user", SnapshotToken: "tok-" + id, SnapshotDisk: true},
 	}, nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/team"
 )
 
 // postgres is a PostgreSQL server of the test's own: initdb into a
@@ -154,7 +155,7 @@ var _ api.Sandboxes = (*standIn)(nil)
 func (f *standIn) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	now := time.Now()
 	id := fmt.Sprintf("%s-%d", f.node, f.seq.Add(1))
-	rec := store.Sandbox{ID: id, TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning, Node: f.node,
+	rec := store.Sandbox{ID: id, TeamID: req.TeamID.String(), TemplateID: req.TemplateID, State: store.StateRunning, Node: f.node,
 		StartedAt: now, EndAt: now.Add(req.Timeout), EnvdAccessToken: "token-" + id, Metadata: req.Metadata,
 		CPUCount: 1, MemoryMB: 256}
 	return rec, f.st.CreateSandbox(ctx, rec)
@@ -168,29 +169,31 @@ func (f *standIn) record(ctx context.Context, team, id string) (store.Sandbox, e
 	return rec, nil
 }
 
-func (f *standIn) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
-	return f.record(ctx, team, id)
+func (f *standIn) Get(ctx context.Context, tid team.ID, id string) (store.Sandbox, error) {
+	return f.record(ctx, tid.String(), id)
 }
 
-func (f *standIn) List(ctx context.Context, team string, sf store.SandboxFilter) ([]store.Sandbox, error) {
-	sf.Teams, sf.Node = store.ForTeam(team), f.node
+func (f *standIn) List(ctx context.Context, tid team.ID, sf store.SandboxFilter) ([]store.Sandbox, error) {
+	sf.Teams, sf.Node = tid.Scope(), f.node
 	return f.st.ListSandboxes(ctx, sf)
 }
 
-func (f *standIn) Kill(ctx context.Context, team, id string) error {
+func (f *standIn) Kill(ctx context.Context, tid team.ID, id string) error {
+	team := tid.String()
 	if _, err := f.record(ctx, team, id); err != nil {
 		return err
 	}
 	return f.st.DeleteSandbox(ctx, id)
 }
 
-func (f *standIn) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
+func (f *standIn) SetTimeout(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	team := tid.String()
 	_, err := f.change(ctx, team, id, func(s *store.Sandbox) { s.EndAt = time.Now().Add(d) })
 	return err
 }
 
-func (f *standIn) Refresh(ctx context.Context, team, id string, d time.Duration) error {
-	return f.SetTimeout(ctx, team, id, d)
+func (f *standIn) Refresh(ctx context.Context, tid team.ID, id string, d time.Duration) error {
+	return f.SetTimeout(ctx, tid, id, d)
 }
 
 func (f *standIn) change(ctx context.Context, team, id string, c func(*store.Sandbox)) (store.Sandbox, error) {
@@ -200,7 +203,8 @@ func (f *standIn) change(ctx context.Context, team, id string, c func(*store.San
 	return f.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { c(s); return nil })
 }
 
-func (f *standIn) Connect(ctx context.Context, team, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+func (f *standIn) Connect(ctx context.Context, tid team.ID, id string, d time.Duration, memory bool) (store.Sandbox, bool, error) {
+	team := tid.String()
 	rec, err := f.record(ctx, team, id)
 	if err != nil || rec.State == store.StateRunning {
 		return rec, false, err
@@ -209,33 +213,34 @@ func (f *standIn) Connect(ctx context.Context, team, id string, d time.Duration,
 	return rec, true, err
 }
 
-func (f *standIn) Pause(ctx context.Context, team, id string, keep bool) (bool, error) {
+func (f *standIn) Pause(ctx context.Context, tid team.ID, id string, keep bool) (bool, error) {
+	team := tid.String()
 	_, err := f.change(ctx, team, id, func(s *store.Sandbox) { s.State = store.StatePaused })
 	return true, err
 }
 
-func (f *standIn) ResumeSandbox(ctx context.Context, team, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
-	rec, _, err := f.Connect(ctx, team, id, o.Timeout, true)
+func (f *standIn) ResumeSandbox(ctx context.Context, tid team.ID, id string, o sandbox.ResumeOptions) (store.Sandbox, error) {
+	rec, _, err := f.Connect(ctx, tid, id, o.Timeout, true)
 	return rec, err
 }
 
-func (f *standIn) Fork(ctx context.Context, team, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
+func (f *standIn) Fork(ctx context.Context, _ team.ID, id string, d time.Duration, count int) ([]sandbox.ForkResult, error) {
 	return nil, errors.New("scale: the stand-in does not fork")
 }
 
-func (f *standIn) Metrics(ctx context.Context, team, id string, start, end time.Time) ([]sandbox.Metric, error) {
+func (f *standIn) Metrics(ctx context.Context, _ team.ID, id string, start, end time.Time) ([]sandbox.Metric, error) {
 	return nil, nil
 }
 
-func (f *standIn) Logs(ctx context.Context, team, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
+func (f *standIn) Logs(ctx context.Context, _ team.ID, id string, start time.Time, limit int) ([]sandbox.LogEntry, error) {
 	return nil, nil
 }
 
-func (f *standIn) UpdateNetwork(ctx context.Context, team, id string, u sandbox.NetworkUpdate) error {
+func (f *standIn) UpdateNetwork(ctx context.Context, _ team.ID, id string, u sandbox.NetworkUpdate) error {
 	return nil
 }
 
-func (f *standIn) NetworkLogs(ctx context.Context, team, id string, start time.Time, limit int) ([]egress.Entry, error) {
+func (f *standIn) NetworkLogs(ctx context.Context, _ team.ID, id string, start time.Time, limit int) ([]egress.Entry, error) {
 	return nil, nil
 }
 

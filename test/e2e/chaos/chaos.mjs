@@ -2,7 +2,9 @@
 // platform/chaos.test.mjs): a cluster on this machine (a PostgreSQL of
 // its own, two api processes, two nodes) under a steady, bounded mixed
 // load through the official SDK (creates, commands, file writes,
-// pause/resume, forks, volume writes) while a fault schedule runs: kill -9
+// pause/resume, forks, volume writes, egress policy updates and, in the
+// long run, template builds; a webhook receives the lifecycle events)
+// while a fault schedule runs: kill -9
 // and restart of a node, of an api, of PostgreSQL (pg_ctl stop -m
 // immediate); the api↔node link cut and healed (an nftables drop on the
 // node's internal port, in a table of the run's own); a runsc sandbox
@@ -12,10 +14,11 @@
 // Usage: node chaos/chaos.mjs [--duration SECONDS] [--every SECONDS]
 // (default 120 s, a fault every 20 s). It exits 1 on any violation.
 import { execFileSync, spawnSync } from 'node:child_process'
+import http from 'node:http'
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync, unlinkSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Sandbox, Volume } from 'e2b'
+import { Sandbox, Template, Volume } from 'e2b'
 import { startCluster } from '../setup/start-cluster.mjs'
 import { newDataDir, unmountBelow } from '../setup/start-warren.mjs'
 import { ownerRecord, startPostgres } from './postgres.mjs'
@@ -57,7 +60,10 @@ function removeDisk(d) {
 // runChaos runs the load and the faults for durationS seconds, a fault
 // every everyS seconds, and returns the invariants' rows and the load's
 // counts. log prints progress.
-export async function runChaos({ durationS = 120, everyS = 20, schedule = faults, workers = 3, maxLive = 6, log = console.log, nodeNets = { ka: 164, kb: 165 } } = {}) {
+//
+// builds adds template builds to the load (each ≈ 10 s of a node's CPU;
+// the short run in make test leaves them out).
+export async function runChaos({ durationS = 120, everyS = 20, schedule = faults, workers = 3, maxLive = 6, builds = false, log = console.log, nodeNets = { ka: 164, kb: 165 } } = {}) {
   const pg = startPostgres()
   const table = `warren_chaos_${process.pid}`
   let c
@@ -67,13 +73,42 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
   const stats = { ops: {}, errors: {}, fivexx: [], timeline: [], faulted: {} }
   const faultLog = [] // { fault, target, start, end }
   const disks = {} // node -> { mount, image, dataDir }
+  // The webhook's receiver: every delivery, by event type and sandbox.
+  const deliveries = []
+  const receiver = http.createServer((req, res) => {
+    let raw = ''
+    req.on('data', (d) => { if (raw.length < 1 << 16) raw += d })
+    req.on('end', () => {
+      try { deliveries.push(JSON.parse(raw)) } catch {}
+      res.writeHead(200).end()
+    })
+  })
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r))
   try {
     for (const n of Object.keys(nodeNets)) disks[n] = nodeDisk()
     const nodes = Object.fromEntries(Object.entries(nodeNets).map(([n, net16]) => [n, { prefix: `wk${n}`, net16, dataDir: disks[n].dataDir }]))
-    c = await startCluster({ nodes, apis: 2, poolSize: 0, nodeArgs: ['--disk-reserve-mb', String(reserveMB)], pg: { host: pg.host, user: 'postgres' } })
+    c = await startCluster({ nodes, apis: 2, poolSize: 0, nodeArgs: ['--disk-reserve-mb', String(reserveMB)], extraArgs: ['--webhook-allow-cidr', '127.0.0.0/8'], pg: { host: pg.host, user: 'postgres' } })
     const names = Object.keys(c.nodes)
     const optsOf = (i) => ({ ...c.apis[i % c.apis.length].opts, requestTimeoutMs: 30_000 })
+    const api = async (i, method, path, body) => {
+      const a = c.apis[i % c.apis.length].opts
+      const headers = { 'X-API-Key': a.apiKey }
+      if (body) headers['Content-Type'] = 'application/json'
+      const res = await fetch(`${a.apiUrl}${path}`, { method, headers, body: body && JSON.stringify(body), signal: AbortSignal.timeout(30_000) })
+      return { status: res.status, body: await res.text() }
+    }
     const vol = await Volume.create(`chaos-${process.pid}`, optsOf(0))
+    const hook = await api(0, 'POST', '/events/webhooks', {
+      name: 'chaos', url: `http://127.0.0.1:${receiver.address().port}/`, enabled: true,
+      events: ['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'], signatureSecret: 'chaos-secret',
+    })
+    if (hook.status !== 201) throw new Error(`registering the webhook: ${hook.status} ${hook.body}`)
+    // Built templates, acknowledged: name -> the word the build wrote.
+    const built = new Map()
+    let building = false
+    // The egress policies the load sets in turn (198.18.0.0/15: the
+    // documentation range of the machine's test hosts; nothing leaves).
+    const policies = [{ denyOut: ['198.18.0.0/15'] }, { allowOut: ['198.18.1.1'], denyOut: ['0.0.0.0/0'] }, {}]
 
     // What the load was told succeeded (acknowledged), per sandbox.
     const sbx = new Map() // id -> { id, node, state: 'running'|'paused'|'killed'|'lost', files: Map, faulted }
@@ -104,7 +139,31 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
       async create(i) {
         if (live().length + paused().length >= maxLive) return ops.kill(i)
         const s = await Sandbox.create({ ...optsOf(i), timeoutMs: 30 * 60_000, volumeMounts: { '/data': vol } })
-        sbx.set(s.sandboxId, { id: s.sandboxId, node: c.nodeOf(s.sandboxId), state: 'running', files: new Map(), handle: s })
+        sbx.set(s.sandboxId, { id: s.sandboxId, node: c.nodeOf(s.sandboxId), state: 'running', files: new Map(), handle: s, created: true })
+      },
+      egress: (i) => withFree(live(), async (s) => {
+        const policy = pick(policies)
+        await Sandbox.updateNetwork(s.id, policy, optsOf(i))
+        s.network = policy
+      }),
+      async build(i) {
+        if (!builds || building) return ops.command(i)
+        building = true
+        try {
+          const name = `chaos-${process.pid}-${++seq}`
+          const word = `built-${seq}-${now()}`
+          await Template.build(Template().fromTemplate('base').runCmd(`echo ${word} > /home/user/built.txt`), name, { ...optsOf(i), cpuCount: 1, memoryMB: 512 })
+          built.set(name, word)
+          // The oldest go (a delete under faults is load too); the end
+          // starts the last few.
+          for (const old of [...built.keys()].slice(0, -4)) {
+            const r = await api(i, 'DELETE', `/templates/${old}`)
+            if (r.status >= 300) throw new Error(`deleting template ${old}: ${r.status} ${r.body.slice(0, 80)}`)
+            built.delete(old)
+          }
+        } finally {
+          building = false
+        }
       },
       command: (i) => withFree(live(), async (s) => {
         const r = await (await Sandbox.connect(s.id, optsOf(i))).commands.run('echo ok')
@@ -135,14 +194,15 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
         if (live().length + paused().length >= maxLive) return
         const [child] = await (await Sandbox.connect(s.id, optsOf(i))).fork({ count: 1, timeoutMs: 30 * 60_000 })
         if (!child?.sandboxId) throw new Error(`fork answered ${JSON.stringify(child)}`)
-        sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files) })
+        sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files), network: s.network })
       }),
       kill: (i) => withFree([...live(), ...paused()], async (s) => {
         await Sandbox.kill(s.id, optsOf(i))
         s.state = 'killed'
+        s.killAcked = true
       }),
     }
-    const mix = ['create', 'create', 'command', 'command', 'file', 'file', 'volume', 'pause', 'resume', 'fork', 'kill']
+    const mix = ['create', 'create', 'command', 'command', 'file', 'file', 'volume', 'pause', 'resume', 'fork', 'kill', 'egress', 'build']
     const loadLoop = async (w) => {
       for (let i = w; !stopLoad; i += workers) {
         const op = pick(mix)
@@ -275,13 +335,6 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     }
 
     // Invariants.
-    const api = async (i, method, path, body) => {
-      const a = c.apis[i % c.apis.length].opts
-      const headers = { 'X-API-Key': a.apiKey }
-      if (body) headers['Content-Type'] = 'application/json'
-      const res = await fetch(`${a.apiUrl}${path}`, { method, headers, body: body && JSON.stringify(body), signal: AbortSignal.timeout(30_000) })
-      return { status: res.status, body: await res.text() }
-    }
     const check = async (after, { final = false } = {}) => {
       const row = (invariant, ok, detail = '') => results.push({ after, invariant, ok, detail })
       // 1. Every acknowledged create answers, or is a clear 404.
@@ -313,6 +366,19 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
         if (r.status !== 200 || !/"state":"paused"/.test(r.body)) bad.push(`${s.id} paused, answered ${r.status} ${r.body.slice(0, 60)}`)
       }
       row('no acknowledged file or pause lost', bad.length === 0, bad.join('; '))
+      // The last acknowledged egress policy is the sandbox's.
+      bad = []
+      const listOf = (p, k) => [...(p?.[k] || [])].sort().join(',')
+      for (const s of sbx.values()) {
+        if (s.faulted || s.network === undefined || (s.state !== 'running' && s.state !== 'paused')) continue
+        const r = await api(0, 'GET', `/sandboxes/${s.id}`)
+        let got
+        try { got = JSON.parse(r.body).network } catch { bad.push(`${s.id}: ${r.status} ${r.body.slice(0, 60)}`); continue }
+        for (const k of ['allowOut', 'denyOut']) {
+          if (listOf(got, k) !== listOf(s.network, k)) bad.push(`${s.id} ${k}: ${listOf(got, k)} want ${listOf(s.network, k)}`)
+        }
+      }
+      row('acknowledged egress policies kept', bad.length === 0, bad.join('; '))
       // Volume writes survive (read through a running sandbox on either node).
       bad = []
       const reader = live()[0]
@@ -373,6 +439,32 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
         } catch (e) { bad.push(`${s.id}: ${String(e.message).slice(0, 120)}`) }
       }
       row('every paused sandbox resumes', bad.length === 0, bad.join('; '))
+      // 6. Every acknowledged build starts, with what its step wrote.
+      bad = []
+      for (const [name, word] of built) {
+        try {
+          const h = await Sandbox.create(name, optsOf(1))
+          const got = (await h.files.read('/home/user/built.txt')).trim()
+          if (got !== word) bad.push(`${name}: ${JSON.stringify(got)}`)
+          await h.kill()
+        } catch (e) { bad.push(`${name}: ${String(e.message).slice(0, 120)}`) }
+        await api(0, 'DELETE', `/templates/${name}`)
+      }
+      row(`every acknowledged build starts (${built.size})`, bad.length === 0, bad.join('; '))
+      // 7. The webhook got a created event for every acknowledged create
+      // and a killed one for every acknowledged kill (at least once,
+      // docs/conformance.md; repeats are counted, not violations).
+      const want = []
+      for (const s of sbx.values()) {
+        if (s.created) want.push(`sandbox.lifecycle.created ${s.id}`)
+        if (s.killAcked) want.push(`sandbox.lifecycle.killed ${s.id}`)
+      }
+      const got = () => new Set(deliveries.map((e) => `${e.type} ${e.sandboxId}`))
+      const deliveredBy = now() + 30_000
+      while (want.some((w) => !got().has(w)) && now() < deliveredBy) await sleep(500)
+      const missing = want.filter((w) => !got().has(w))
+      const ids = deliveries.map((e) => e.id)
+      row(`webhook events delivered (${want.length} expected, ${ids.length - new Set(ids).size} repeats)`, missing.length === 0, missing.join('; '))
     }
 
     // No leaks once everything is killed and the load has stopped: first
@@ -441,6 +533,7 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     await check('end', { final: true })
     await checkLeaks()
     await Volume.destroy(vol.volumeId, optsOf(0)).catch(() => {})
+    await api(0, 'DELETE', `/events/webhooks/${JSON.parse(hook.body).id}`).catch(() => {})
     return { results, stats, faultLog }
   } finally {
     // The load stops before the cluster does: a create in flight would
@@ -451,6 +544,8 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
     await c?.stop().catch((e) => log(`stopping the cluster: ${e.message}`))
     for (const d of Object.values(disks)) removeDisk(d)
     pg.stop()
+    receiver.closeAllConnections()
+    receiver.close()
   }
 }
 
@@ -493,6 +588,9 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   }
   const i = process.argv.indexOf('--faults')
   const schedule = i > 0 ? process.argv[i + 1].split(',') : faults
-  const out = await runChaos({ durationS: arg('--duration', 120), everyS: arg('--every', 20), schedule })
+  // Node names, prefixes and ranges of their own (the short run in make
+  // test uses ka/kb on 10.164/10.165): a long run beside make test never
+  // touches its namespaces, links or cgroups.
+  const out = await runChaos({ durationS: arg('--duration', 120), everyS: arg('--every', 20), schedule, builds: !process.argv.includes('--no-builds'), nodeNets: { la: 168, lb: 169 } })
   process.exit(report(out) ? 1 : 0)
 }
