@@ -6,8 +6,8 @@
 -- the ID itself is never stored, so a row signs nobody in. credential is
 -- the API key, access token or admin token the session acts with, sealed
 -- (internal/dashboard: a key derived from the session's ID, then the
--- server's sealing key), never in clear; mask is its harmless part shown
--- on the page. admin is 0/1; times are unix ms. Expired rows are removed
+-- server's sealing key), never in clear. mask is its harmless part shown
+-- on the page. admin is 0 or 1, times are unix ms. Expired rows are removed
 -- by the next sign-in.
 CREATE TABLE dashboard_sessions (
     id_hash     TEXT PRIMARY KEY,
