@@ -593,3 +593,29 @@ func TestParsePublicURL(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSessionCall is one dashboard API call's own cost: the session
+// read from the store (SQLite here) and its credential opened, the API a
+// fake. go test -run '^$' -bench SessionCall ./internal/dashboard/
+func BenchmarkSessionCall(b *testing.B) {
+	file := filepath.Join(b.TempDir(), "warren.db")
+	st, err := store.OpenSQLite(context.Background(), file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sealer, err := secret.SealerFromClusterSecret(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := New(Config{API: &fakeAPI{}, Sessions: st, Sealer: sealer})
+	w := do(h, "POST", "/dashboard/session", `{"key":"`+goodKey+`"}`, map[string]string{Header: "1"})
+	c := w.Result().Cookies()[0]
+	hdr := map[string]string{"Cookie": c.Name + "=" + c.Value, Header: "1"}
+	b.ResetTimer()
+	for range b.N {
+		if w := do(h, "GET", "/dashboard/api/sandboxes", "", hdr); w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
+	}
+}
