@@ -144,6 +144,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "least severe log level written: debug, info, warn or error (debug adds each create's step durations)")
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", "", "`HOST:PORT` where Prometheus metrics are served at /metrics, on a listener of their own (default: not served)")
 	fs.StringVar(&f.AdminAddr, "admin-addr", "", "`HOST:PORT` where the dashboard is served with its nodes page (state, capacity, cordon, uncordon, drain), signed in with the admin token in DATA-DIR/admin-token (made on first use), on a listener of its own: bind it to loopback or an operators' network (default: not served)")
+	fs.StringVar(&f.PublicURL, "public-url", "", "`URL` at which browsers reach the dashboard when a proxy in front terminates TLS or rewrites Host (https://dash.example.com): the dashboard takes calls from that origin as its own and, for https, marks its session cookie Secure; X-Forwarded-* headers are never trusted for this (default: the request's own scheme and Host)")
 	logFormat := fs.String("log-format", server.LogFormats[0], "log line format: json (one object a line, for log collectors) or text (key=value, for people); a line about a request names its request_id")
 	fs.Parse(args)
 	log, err := server.NewLogger(os.Stderr, *logFormat, level)

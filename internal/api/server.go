@@ -81,7 +81,8 @@ type Config struct {
 	// Webhooks keeps the teams' webhooks; nil: their endpoints answer
 	// 501 (the events polling API is the store's, always served).
 	Webhooks Webhooks
-	// ClientID is what the deprecated clientID field says (the node name).
+	// ClientID is what the deprecated clientID field says of a sandbox
+	// placed on no node (else its node's name).
 	ClientID string
 	// NodeCPUs and NodeMemoryMB are the node's totals: a template asking
 	// more than the whole node has is refused (400). 0: no such bound.
@@ -577,9 +578,19 @@ func iamOf(in *gen.SandboxIam) *sandbox.IAM {
 
 func (s *Server) sandboxOf(rec store.Sandbox) gen.Sandbox {
 	return gen.Sandbox{
-		TemplateID: rec.TemplateID, SandboxID: rec.ID, ClientID: s.cfg.ClientID, EnvdVersion: rec.EnvdVersion,
+		TemplateID: rec.TemplateID, SandboxID: rec.ID, ClientID: s.clientID(rec), EnvdVersion: rec.EnvdVersion,
 		Alias: nonEmpty(rec.Alias), EnvdAccessToken: nonEmpty(rec.EnvdAccessToken), TrafficAccessToken: nonEmpty(rec.TrafficAccessToken),
 	}
+}
+
+// clientID is what a sandbox's clientID says: the node it runs on (in a
+// cluster, not the api process that answers; the dashboard shows it),
+// else this server's ClientID.
+func (s *Server) clientID(rec store.Sandbox) string {
+	if rec.Node != "" {
+		return rec.Node
+	}
+	return s.cfg.ClientID
 }
 
 func (s *Server) listedOf(rec store.Sandbox) gen.ListedSandbox {
@@ -599,7 +610,7 @@ func (s *Server) listedAndExtra(rec store.Sandbox) (gen.ListedSandbox, sandbox.E
 		mounts = append(mounts, gen.VolumeMount{Name: v.Name, Path: v.Path})
 	}
 	return gen.ListedSandbox{
-		TemplateID: rec.TemplateID, SandboxID: rec.ID, ClientID: s.cfg.ClientID, Alias: nonEmpty(rec.Alias),
+		TemplateID: rec.TemplateID, SandboxID: rec.ID, ClientID: s.clientID(rec), Alias: nonEmpty(rec.Alias),
 		StartedAt: rec.StartedAt.UTC(), EndAt: rec.EndAt.UTC(),
 		CpuCount: int32(rec.CPUCount), MemoryMB: int32(rec.MemoryMB), DiskSizeMB: int32(rec.DiskSizeMB),
 		EnvdVersion: rec.EnvdVersion, State: gen.SandboxState(rec.State), Metadata: &meta, VolumeMounts: &mounts,

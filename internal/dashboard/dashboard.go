@@ -6,11 +6,13 @@
 // Sign-in. The page posts an API key or access token to
 // /dashboard/session; the credential is checked by the API itself (an
 // in-process GET /sandboxes, so that its failure budget and its errors
-// apply) and kept in this process's memory under a random session ID,
+// apply) and kept in the store, sealed, under the hash of a random
+// session ID (sessions.go: every api process of a cluster serves it),
 // which the browser holds as a cookie: httpOnly (the page's script never
-// sees it), SameSite=Strict, Secure when the request came over TLS,
-// scoped to /dashboard/. Sessions expire (SessionTTL) and are bounded in
-// number (MaxSessions). Signing out forgets the session.
+// sees it), SameSite=Strict, Secure when the request came over TLS or
+// the operator's public URL is https, scoped to /dashboard/. Sessions
+// expire (SessionTTL) and are bounded in number (MaxSessions,
+// MaxSessionsPerTeam). Signing out forgets the session.
 //
 // The API. The cookie is honoured only under /dashboard/api/: such a
 // request has its credential headers and cookies removed, the session's
@@ -44,14 +46,15 @@
 // /dashboard/envd/ and to /dashboard/session must carry the header
 // X-Warren-Dashboard (a cross-origin page cannot send it without a CORS
 // preflight, which is never granted), and a request with an Origin must
-// come from this server's own origin.
+// come from this server's own origin (the request's, or the operator's
+// public URL: publicurl.go).
 package dashboard
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
@@ -102,8 +105,9 @@ func (h *Handler) cookieName() string {
 const (
 	// SessionTTL is how long a session lasts from sign-in.
 	SessionTTL = 12 * time.Hour
-	// MaxSessions bounds the sessions kept: past it, sign-in first drops
-	// expired ones, then refuses (503).
+	// MaxSessions bounds the sessions kept, all api processes together:
+	// each sign-in first drops the expired ones; past it, it is refused
+	// (503).
 	MaxSessions = 10000
 	// MaxSessionsPerTeam bounds one team's sessions: its next sign-in
 	// ends its oldest, so that no team can fill the table for the others.
@@ -134,6 +138,24 @@ type Config struct {
 	// Admin, if set, opens the admin door (admin.go): only on the
 	// admin's own listener (--admin-addr).
 	Admin *AdminConfig
+	// Sessions keeps the signed-in sessions (the store, which every api
+	// process of a cluster shares); required.
+	Sessions store.DashboardSessionStore
+	// Sealer seals each session's credential at rest with a key every api
+	// process has (the cluster secret's, or the node key); required.
+	Sealer Sealer
+	// PublicURL is the dashboard's origin as browsers see it, when a
+	// proxy in front (one terminating TLS, rewriting Host) hides it from
+	// the request (warren serve --public-url): calls from it pass the
+	// origin check, and an https one makes the cookie Secure. nil: the
+	// request's own origin only.
+	PublicURL *url.URL
+}
+
+// Sealer seals a value bound to a context (internal/secret.Sealer).
+type Sealer interface {
+	Seal(value, context string) (string, error)
+	Open(sealed, context string) (string, error)
 }
 
 // Handler serves the dashboard, and the API for everything else.
@@ -147,24 +169,10 @@ type Handler struct {
 	gzMu sync.Mutex
 	gz   map[string][]byte
 
-	mu       sync.Mutex
-	sessions map[string]*session
-}
-
-type session struct {
-	header, secret string // the credential's header and value
-	team           string
-	mask           string
-	// admin: signed in with the admin token (admin.go).
-	admin   bool
-	expires time.Time
-	// tokens caches each sandbox's envd access token.
-	tokens map[string]envdToken
-}
-
-type envdToken struct {
-	token   string
-	fetched time.Time
+	// tokens caches sandboxes' envd access tokens by session and
+	// sandbox (bounded: maxCachedTokens).
+	tokensMu sync.Mutex
+	tokens   map[string]envdToken
 }
 
 // New returns the handler for the API's address.
@@ -175,11 +183,14 @@ func New(cfg Config) *Handler {
 	if cfg.EnvdPort == 0 {
 		cfg.EnvdPort = 49983
 	}
+	if cfg.Sessions == nil || cfg.Sealer == nil {
+		panic("dashboard: Config.Sessions and Config.Sealer are required")
+	}
 	sub, err := fs.Sub(webFS, "web")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	return &Handler{cfg: cfg, web: sub, assets: http.FileServerFS(sub), gz: map[string][]byte{}, sessions: map[string]*session{}}
+	return &Handler{cfg: cfg, web: sub, assets: http.FileServerFS(sub), gz: map[string][]byte{}, tokens: map[string]envdToken{}}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -295,12 +306,12 @@ func (h *Handler) serveGzipped(w http.ResponseWriter, r *http.Request, name stri
 
 // checkCSRF refuses a call that a page of another origin could have
 // made: one without the dashboard's header, or with a foreign Origin.
-func checkCSRF(w http.ResponseWriter, r *http.Request) bool {
+func (h *Handler) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 	if r.Header.Get(Header) == "" {
 		writeError(w, http.StatusForbidden, "dashboard calls carry the "+Header+" header")
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
+	if o := r.Header.Get("Origin"); o != "" && !h.sameOrigin(o, r) {
 		writeError(w, http.StatusForbidden, "cross-origin dashboard calls are refused")
 		return false
 	}
@@ -311,76 +322,55 @@ func checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func sameOrigin(origin string, r *http.Request) bool {
+// sameOrigin tells whether origin is the dashboard's: the request's own
+// (its scheme and Host), or the operator's PublicURL. Forwarded headers
+// (X-Forwarded-*, Forwarded) are never read: anyone can send them.
+func (h *Handler) sameOrigin(origin string, r *http.Request) bool {
 	u, err := url.Parse(origin)
-	if err != nil {
+	if err != nil || u.Path != "" || u.RawQuery != "" || u.User != nil {
 		return false
+	}
+	if p := h.cfg.PublicURL; p != nil && u.Scheme == p.Scheme && strings.EqualFold(u.Host, p.Host) {
+		return true
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host) && u.Path == "" && u.RawQuery == ""
+	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
 }
 
-func newID() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b)
-}
-
-// sessionOf is the request's live session, or nil.
-//
-// Two session cookies are no session: a page of a sibling host (a
-// sandbox's, under the same domain) can set a second one, scoped to a
-// longer path so that it comes first, to sign the user into its own
-// session (cookie tossing).
-func (h *Handler) sessionOf(r *http.Request) (string, *session) {
-	cs := r.CookiesNamed(h.cookieName())
-	if len(cs) != 1 || cs[0].Value == "" {
-		return "", nil
-	}
-	c := cs[0]
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s := h.sessions[c.Value]
-	if s == nil {
-		return "", nil
-	}
-	if !h.cfg.Now().Before(s.expires) {
-		delete(h.sessions, c.Value)
-		return "", nil
-	}
-	return c.Value, s
-}
-
+// cookie is the session cookie: Secure when the request came over TLS or
+// the PublicURL is https (a TLS terminator in front).
 func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	secure := r.TLS != nil || (h.cfg.PublicURL != nil && h.cfg.PublicURL.Scheme == "https")
 	return &http.Cookie{Name: h.cookieName(), Value: value, Path: Prefix, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure}
 }
 
 // serveSession: GET tells whether the cookie's session is live, POST
 // signs in ({"key": "e2b_…" or "sk_e2b_…"}), DELETE signs out.
 func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if !checkCSRF(w, r) {
+	if !h.checkCSRF(w, r) {
 		return
 	}
 	switch r.Method {
 	case http.MethodGet:
-		_, s := h.sessionOf(r)
+		s, err := h.sessionOf(r)
+		if err != nil {
+			storeError(w, err)
+			return
+		}
 		if s == nil {
 			writeError(w, http.StatusUnauthorized, "not signed in")
 			return
 		}
 		writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
 	case http.MethodDelete:
-		if id, _ := h.sessionOf(r); id != "" {
-			h.mu.Lock()
-			delete(h.sessions, id)
-			h.mu.Unlock()
+		if err := h.endSession(r.Context(), r); err != nil {
+			storeError(w, err)
+			return
 		}
 		http.SetCookie(w, h.cookie(r, "", -1))
 		w.WriteHeader(http.StatusNoContent)
@@ -409,7 +399,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.isAdminToken(secret) {
-		h.startSession(w, r, &session{team: adminTeam, admin: true, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL)})
+		h.startSession(w, r, &session{team: adminTeam, admin: true, secret: secret, mask: mask(secret)})
 		return
 	}
 	// The API judges the credential: its failure budget and its
@@ -429,27 +419,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid API key or access token")
 		return
 	}
-	s := &session{header: header, secret: value, team: team, mask: mask(secret), expires: h.cfg.Now().Add(SessionTTL), tokens: map[string]envdToken{}}
-	h.startSession(w, r, s)
-}
-
-// startSession keeps s under a new ID and sets the browser's cookie.
-func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, s *session) {
-	now, team := h.cfg.Now(), s.team
-	id := newID()
-	h.mu.Lock()
-	h.makeRoom(team, now)
-	full := len(h.sessions) >= MaxSessions
-	if !full {
-		h.sessions[id] = s
-	}
-	h.mu.Unlock()
-	if full {
-		writeError(w, http.StatusServiceUnavailable, "too many dashboard sessions on this server; retry later")
-		return
-	}
-	http.SetCookie(w, h.cookie(r, id, int(SessionTTL/time.Second)))
-	writeJSONBody(w, http.StatusOK, map[string]any{"key": s.mask, "expires": s.expires.UTC(), "admin": s.admin})
+	h.startSession(w, r, &session{header: header, secret: value, team: team, mask: mask(secret)})
 }
 
 // teamOf is the team a credential the API accepted belongs to.
@@ -466,34 +436,6 @@ func (h *Handler) teamOf(ctx context.Context, secret string) (string, error) {
 		return "", err
 	}
 	return k.TeamID, nil
-}
-
-// makeRoom drops expired sessions when the table is full, and the team's
-// oldest while it has MaxSessionsPerTeam. h.mu is held.
-func (h *Handler) makeRoom(team string, now time.Time) {
-	if len(h.sessions) >= MaxSessions {
-		for k, old := range h.sessions {
-			if !now.Before(old.expires) {
-				delete(h.sessions, k)
-			}
-		}
-	}
-	for {
-		n, oldest := 0, ""
-		for k, s := range h.sessions {
-			if s.team != team {
-				continue
-			}
-			n++
-			if oldest == "" || s.expires.Before(h.sessions[oldest].expires) {
-				oldest = k
-			}
-		}
-		if n < MaxSessionsPerTeam {
-			return
-		}
-		delete(h.sessions, oldest)
-	}
 }
 
 func mask(secret string) string {
@@ -537,10 +479,14 @@ func stripCredentials(hd http.Header) {
 // authorize checks CSRF and the session.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) *session {
 	w.Header().Set("Cache-Control", "no-store")
-	if !checkCSRF(w, r) {
+	if !h.checkCSRF(w, r) {
 		return nil
 	}
-	_, s := h.sessionOf(r)
+	s, err := h.sessionOf(r)
+	if err != nil {
+		storeError(w, err)
+		return nil
+	}
 	if s == nil {
 		w.Header().Set(SessionHeader, "none")
 		writeError(w, http.StatusUnauthorized, "not signed in (or the session expired): sign in again")
@@ -635,11 +581,8 @@ func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request, s *session, pat
 // sandbox) is the caller's when it fails.
 func (h *Handler) envdToken(w http.ResponseWriter, r *http.Request, s *session, id string) (string, bool) {
 	now := h.cfg.Now()
-	h.mu.Lock()
-	t, ok := s.tokens[id]
-	h.mu.Unlock()
-	if ok && now.Sub(t.fetched) < envdTokenTTL {
-		return t.token, true
+	if tok, ok := h.cachedToken(s, id, now); ok {
+		return tok, true
 	}
 	rec, ok := h.apiGet(w, r, s, "/sandboxes/"+url.PathEscape(id))
 	if !ok {
@@ -656,12 +599,7 @@ func (h *Handler) envdToken(w http.ResponseWriter, r *http.Request, s *session, 
 	if sb.EnvdAccessToken != nil {
 		tok = *sb.EnvdAccessToken
 	}
-	h.mu.Lock()
-	if len(s.tokens) > 1000 { // bounded: a session browsing many sandboxes starts over
-		clear(s.tokens)
-	}
-	s.tokens[id] = envdToken{token: tok, fetched: now}
-	h.mu.Unlock()
+	h.cacheToken(s, id, tok, now)
 	return tok, true
 }
 
@@ -756,4 +694,10 @@ func (hw *hostileWriter) Flush() {
 		hw.WriteHeader(http.StatusOK)
 	}
 	_ = http.NewResponseController(hw.ResponseWriter).Flush()
+}
+
+// hashID is what the store keeps of a session's ID.
+func hashID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
 }

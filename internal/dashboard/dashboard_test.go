@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/secret"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -67,12 +71,40 @@ func (f *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "<script>alert(1)</script>")
 }
 
+// testStore is a SQLite store of the test's own, and its file.
+func testStore(t *testing.T) (*store.SQL, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "warren.db")
+	st, err := store.OpenSQLite(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, file
+}
+
+// testSealer is a sealer from a cluster secret of 32 bytes of b.
+func testSealer(t *testing.T, b byte) *secret.Sealer {
+	t.Helper()
+	s, err := secret.SealerFromClusterSecret(bytes.Repeat([]byte{b}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func newTest(t *testing.T) (*Handler, *fakeAPI, *fakeEnvd, *time.Time) {
 	t.Helper()
 	now := time.Unix(1_000_000, 0)
 	api, envd := &fakeAPI{}, &fakeEnvd{}
-	return New(Config{API: api, Envd: envd, Now: func() time.Time { return now }}), api, envd, &now
+	st, file := testStore(t)
+	h := New(Config{API: api, Envd: envd, Now: func() time.Time { return now }, Sessions: st, Sealer: testSealer(t, 1)})
+	dbFiles[h] = file
+	return h, api, envd, &now
 }
+
+// dbFiles is each test handler's database file, for reading its rows.
+var dbFiles = map[*Handler]string{}
 
 func do(h http.Handler, method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, "http://warren.test"+path, strings.NewReader(body))
@@ -256,10 +288,7 @@ func TestSessionsBoundedPerTeam(t *testing.T) {
 		*now = now.Add(time.Second)
 		signIn(t, h)
 	}
-	h.mu.Lock()
-	n := len(h.sessions)
-	h.mu.Unlock()
-	if n != MaxSessionsPerTeam {
+	if n := countSessions(t, h); n != MaxSessionsPerTeam {
 		t.Errorf("%d sessions kept, want %d", n, MaxSessionsPerTeam)
 	}
 	if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": first, Header: "1"}); w.Code != http.StatusUnauthorized {
@@ -329,7 +358,8 @@ func TestAdminDoor(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	nodes := &fakeNodes{nodes: []store.Node{{Name: "local", State: store.NodeReady, CPUs: 8, MemoryMB: 16384, HeartbeatAt: now}}}
 	api := &fakeAPI{}
-	h := New(Config{API: api, Now: func() time.Time { return now }, Admin: &AdminConfig{Token: adminToken, Nodes: nodes}})
+	st, _ := testStore(t)
+	h := New(Config{API: api, Now: func() time.Time { return now }, Admin: &AdminConfig{Token: adminToken, Nodes: nodes}, Sessions: st, Sealer: testSealer(t, 1)})
 	team := signIn(t, h)
 	// A team's session neither sees nor acts on nodes.
 	for _, c := range []struct{ method, path string }{{"GET", "/dashboard/admin/nodes"}, {"POST", "/dashboard/admin/nodes/local/cordon"}} {
@@ -433,5 +463,204 @@ func TestVolumeContentDoorWrites(t *testing.T) {
 	}
 	if api.lastContent != "" {
 		t.Errorf("a refused write reached the content API: %q", api.lastContent)
+	}
+}
+
+// countSessions counts the live sessions h's store keeps.
+func countSessions(t *testing.T, h *Handler) int {
+	t.Helper()
+	return len(rawRows(t, dbFiles[h]))
+}
+
+// rawRows is every column of every dashboard session row, as text: what
+// a reader of the database sees.
+func rawRows(t *testing.T, file string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query("SELECT id_hash, team_id, admin, mask, credential, created_at, expires_at FROM dashboard_sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var c [7]string
+		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, strings.Join(c[:], " "))
+	}
+	return out
+}
+
+// TestSessionsSharedThroughStore: two api processes sharing a store (and
+// the cluster's sealing key) serve one session: signed in through one,
+// the other serves it, and a sign-out through either ends it for both.
+func TestSessionsSharedThroughStore(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time { return now }
+	st, _ := testStore(t)
+	apiA, apiB := &fakeAPI{}, &fakeAPI{}
+	a := New(Config{API: apiA, Now: clock, Sessions: st, Sealer: testSealer(t, 1)})
+	b := New(Config{API: apiB, Now: clock, Sessions: st, Sealer: testSealer(t, 1)})
+	cookie := signIn(t, a)
+	hdr := map[string]string{"Cookie": cookie, Header: "1"}
+	if w := do(b, "GET", "/dashboard/api/sandboxes", "", hdr); w.Code != http.StatusOK || apiB.last.Get("X-API-Key") != goodKey {
+		t.Fatalf("the session signed in through A, through B: %d %s", w.Code, w.Body)
+	}
+	if w := do(b, "GET", "/dashboard/session", "", hdr); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"key":"e2b_0123…4567"`) {
+		t.Errorf("B's view of the session: %d %s", w.Code, w.Body)
+	}
+	if w := do(b, "DELETE", "/dashboard/session", "", hdr); w.Code != http.StatusNoContent {
+		t.Fatalf("sign out through B: %d", w.Code)
+	}
+	if w := do(a, "GET", "/dashboard/api/sandboxes", "", hdr); w.Code != http.StatusUnauthorized {
+		t.Errorf("signed out through B, still served by A: %d", w.Code)
+	}
+}
+
+// TestStoreHoldsNoUsableSession: what a reader of the database sees of a
+// session is neither its ID (the cookie) nor its credential, and a row
+// does not open with another server's sealing key, nor with another
+// session's ID.
+func TestStoreHoldsNoUsableSession(t *testing.T) {
+	h, _, _, _ := newTest(t)
+	cookie := signIn(t, h)
+	id := strings.TrimPrefix(cookie, CookieName+"=")
+	rows := rawRows(t, dbFiles[h])
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, secretPart := range []string{id, goodKey, goodKey[4:], "0123456789abcdef0123456789abcdef"} {
+		if strings.Contains(rows[0], secretPart) {
+			t.Errorf("the row %q holds %q", rows[0], secretPart)
+		}
+	}
+	// Another server with the same database but another sealing key (a
+	// reader who copied the rows to its own): no session.
+	st := h.cfg.Sessions
+	other := New(Config{API: &fakeAPI{}, Now: h.cfg.Now, Sessions: st, Sealer: testSealer(t, 2)})
+	if w := do(other, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": cookie, Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("the row opened under another sealing key: %d", w.Code)
+	}
+	// The credential is sealed under the session's ID too: a row moved
+	// under another session's hash does not open with that session's ID
+	// even where the sealing key is right.
+	ds, err := st.DashboardSession(context.Background(), hashID(id), h.cfg.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := "ab" + strings.Repeat("cd", 31)
+	ds.IDHash = hashID(mine)
+	if err := st.CreateDashboardSession(context.Background(), ds, MaxSessionsPerTeam, MaxSessions); err != nil {
+		t.Fatal(err)
+	}
+	if w := do(h, "GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": CookieName + "=" + mine, Header: "1"}); w.Code != http.StatusUnauthorized {
+		t.Errorf("a row moved to a known ID's hash was served: %d", w.Code)
+	}
+}
+
+// TestPublicURL: behind a proxy that terminates TLS and rewrites Host, the
+// browser's origin is the --public-url's; calls from it pass and the
+// cookie is Secure. Any other origin is refused, whatever X-Forwarded-*
+// headers say.
+func TestPublicURL(t *testing.T) {
+	st, _ := testStore(t)
+	pub, _ := url.Parse("https://dash.example.com")
+	h := New(Config{API: &fakeAPI{}, Sessions: st, Sealer: testSealer(t, 1), PublicURL: pub})
+	// As the proxy forwards it: plain HTTP, Host the backend's.
+	req := func(method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "http://127.0.0.1:3000"+path, strings.NewReader(body))
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := req("POST", "/dashboard/session", `{"key":"`+goodKey+`"}`, map[string]string{Header: "1", "Origin": "https://dash.example.com", "Sec-Fetch-Site": "same-origin"})
+	if w.Code != http.StatusOK {
+		t.Fatalf("sign-in from the public origin: %d %s", w.Code, w.Body)
+	}
+	c := w.Result().Cookies()
+	if len(c) != 1 || !c[0].Secure || !c[0].HttpOnly {
+		t.Fatalf("cookie behind the TLS terminator: %+v", c)
+	}
+	cookie := c[0].Name + "=" + c[0].Value
+	if w := req("GET", "/dashboard/api/sandboxes", "", map[string]string{"Cookie": cookie, Header: "1", "Origin": "https://dash.example.com"}); w.Code != http.StatusOK {
+		t.Errorf("a call from the public origin: %d %s", w.Code, w.Body)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"another origin":        {"Origin": "https://evil.example"},
+		"the public host, http": {"Origin": "http://dash.example.com"},
+		"forwarded headers":     {"Origin": "https://evil.example", "X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https", "Forwarded": "host=evil.example;proto=https"},
+	} {
+		hdr["Cookie"], hdr[Header] = cookie, "1"
+		if w := req("DELETE", "/dashboard/api/sandboxes/sb1", "", hdr); w.Code != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, w.Code)
+		}
+	}
+	// Without --public-url the same forwarded sign-in is refused (the
+	// request's own origin is http://127.0.0.1:3000), and a forwarded
+	// header changes nothing.
+	plain := New(Config{API: &fakeAPI{}, Sessions: st, Sealer: testSealer(t, 1)})
+	r := httptest.NewRequest("POST", "http://127.0.0.1:3000/dashboard/session", strings.NewReader(`{"key":"`+goodKey+`"}`))
+	r.Header.Set(Header, "1")
+	r.Header.Set("Origin", "https://dash.example.com")
+	r.Header.Set("X-Forwarded-Host", "dash.example.com")
+	r.Header.Set("X-Forwarded-Proto", "https")
+	pw := httptest.NewRecorder()
+	plain.ServeHTTP(pw, r)
+	if pw.Code != http.StatusForbidden {
+		t.Errorf("no --public-url: a forwarded sign-in from the public origin: %d, want 403", pw.Code)
+	}
+}
+
+func TestParsePublicURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://dash.example.com":      "https://dash.example.com",
+		"https://dash.example.com/":     "https://dash.example.com",
+		"http://10.0.0.1:8080":          "http://10.0.0.1:8080",
+		"HTTPS://Dash.Example.com:443/": "https://dash.example.com:443",
+	} {
+		u, err := ParsePublicURL(in)
+		if err != nil || u.String() != want {
+			t.Errorf("%q: %v, %v; want %s", in, u, err, want)
+		}
+	}
+	for _, in := range []string{"", "dash.example.com", "ftp://x", "https://", "https://x/dashboard", "https://u:p@x", "https://x?a=1", "https://x#f"} {
+		if _, err := ParsePublicURL(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+// BenchmarkSessionCall is one dashboard API call's own cost: the session
+// read from the store (SQLite here) and its credential opened, the API a
+// fake. go test -run '^$' -bench SessionCall ./internal/dashboard/
+func BenchmarkSessionCall(b *testing.B) {
+	file := filepath.Join(b.TempDir(), "warren.db")
+	st, err := store.OpenSQLite(context.Background(), file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sealer, err := secret.SealerFromClusterSecret(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := New(Config{API: &fakeAPI{}, Sessions: st, Sealer: sealer})
+	w := do(h, "POST", "/dashboard/session", `{"key":"`+goodKey+`"}`, map[string]string{Header: "1"})
+	c := w.Result().Cookies()[0]
+	hdr := map[string]string{"Cookie": c.Name + "=" + c.Value, Header: "1"}
+	b.ResetTimer()
+	for range b.N {
+		if w := do(h, "GET", "/dashboard/api/sandboxes", "", hdr); w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
 	}
 }

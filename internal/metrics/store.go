@@ -380,3 +380,15 @@ func (ts *timedStore) DeleteSnapshotBlob(ctx context.Context, teamID, buildID st
 func (ts *timedStore) ListSnapshotBlobs(ctx context.Context) ([]store.SnapshotBlob, error) {
 	return timed(ts, "ListSnapshotBlobs", func() ([]store.SnapshotBlob, error) { return ts.Store.ListSnapshotBlobs(ctx) })
 }
+
+func (ts *timedStore) CreateDashboardSession(ctx context.Context, s store.DashboardSession, maxPerTeam, maxTotal int) error {
+	return timed0(ts, "CreateDashboardSession", func() error { return ts.Store.CreateDashboardSession(ctx, s, maxPerTeam, maxTotal) })
+}
+
+func (ts *timedStore) DashboardSession(ctx context.Context, idHash string, now time.Time) (store.DashboardSession, error) {
+	return timed(ts, "DashboardSession", func() (store.DashboardSession, error) { return ts.Store.DashboardSession(ctx, idHash, now) })
+}
+
+func (ts *timedStore) DeleteDashboardSession(ctx context.Context, idHash string) error {
+	return timed0(ts, "DeleteDashboardSession", func() error { return ts.Store.DeleteDashboardSession(ctx, idHash) })
+}

@@ -75,13 +75,28 @@ func listenAdmin(cfg Config) (net.Listener, error) {
 
 // adminServer serves the dashboard with its admin door (the nodes page)
 // on the admin's listener; team credentials sign in there too.
-func adminServer(cfg Config, st store.Store, apiSrv *http.Server, apiHandler, proxyHandler http.Handler) (*http.Server, error) {
+func adminServer(cfg Config, st store.Store, sealer dashboard.Sealer, apiSrv *http.Server, apiHandler, proxyHandler http.Handler) (*http.Server, error) {
 	tok, err := AdminToken(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	// Its origin is its own address's (an operators' network), never the
+	// API's --public-url.
 	h := dashboard.New(dashboard.Config{API: apiHandler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st,
-		Admin: &dashboard.AdminConfig{Token: tok, Nodes: st, LostAfter: cfg.LostAfter}})
+		Sessions: st, Sealer: sealer, Admin: &dashboard.AdminConfig{Token: tok, Nodes: st, LostAfter: cfg.LostAfter}})
 	return &http.Server{Handler: h, ReadHeaderTimeout: apiSrv.ReadHeaderTimeout, ReadTimeout: apiSrv.ReadTimeout,
 		WriteTimeout: apiSrv.WriteTimeout, IdleTimeout: apiSrv.IdleTimeout, MaxHeaderBytes: apiSrv.MaxHeaderBytes}, nil
+}
+
+// checkPublicURL validates --public-url: an origin (dashboard.ParsePublicURL),
+// for a process that serves the dashboard.
+func checkPublicURL(cfg Config) error {
+	if cfg.PublicURL == "" {
+		return nil
+	}
+	if cfg.Role == RoleNode {
+		return errors.New("--public-url is for --role all or api: a node serves no dashboard")
+	}
+	_, err := dashboard.ParsePublicURL(cfg.PublicURL)
+	return err
 }

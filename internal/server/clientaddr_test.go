@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pires/go-proxyproto"
 	"github.com/warren-sandbox/warren/internal/clientaddr"
+	"github.com/warren-sandbox/warren/internal/secret"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // The API and proxy listeners (HTTP and HTTPS) take the client's address
@@ -40,7 +43,16 @@ func TestPublicListenersTrustOnlyTrustedProxies(t *testing.T) {
 			fmt.Fprintf(w, "%s %s xff=%q", name, r.RemoteAddr, r.Header.Get("X-Forwarded-For"))
 		})
 	}
-	srvs, _, err := publicServers(cfg, nil, ls, &http.Server{Handler: who("api")}, who("proxy"))
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(cfg.DataDir, "warren.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sealer, err := secret.LoadSealer(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs, _, err := publicServers(cfg, st, sealer, ls, &http.Server{Handler: who("api")}, who("proxy"))
 	if err != nil {
 		t.Fatal(err)
 	}

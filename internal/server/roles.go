@@ -150,7 +150,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	})), api.Timeouts{})
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
 		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
-	srvs, certs, err := publicServers(cfg, st, ls, apiSrv, proxyHandler)
+	srvs, certs, err := publicServers(cfg, st, cl.sealer, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
 	}

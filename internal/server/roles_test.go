@@ -57,3 +57,22 @@ func TestCheckRole(t *testing.T) {
 		t.Errorf("the environment's secret: %v", err)
 	}
 }
+
+func TestCheckPublicURL(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{PublicURL: "https://dash.example.com"}, ""},
+		{Config{Role: RoleAPI, PublicURL: "https://dash.example.com/"}, ""},
+		{Config{Role: RoleNode, PublicURL: "https://dash.example.com"}, "a node serves no dashboard"},
+		{Config{PublicURL: "dash.example.com"}, "want http:// or https://"},
+		{Config{PublicURL: "https://dash.example.com/dashboard/"}, "without a path"},
+	} {
+		err := checkPublicURL(c.cfg)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}

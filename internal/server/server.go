@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,11 @@ type Config struct {
 	// the admin token (DATA-DIR/admin-token), on a listener of its own;
 	// empty: not served.
 	AdminAddr string
+	// PublicURL is the dashboard's origin as browsers see it when a proxy
+	// in front terminates TLS or rewrites Host (https://dash.example.com):
+	// its origin check takes it, and an https one makes the session
+	// cookie Secure; empty: the request's own origin only.
+	PublicURL string
 	// Role is RoleAll (default), RoleAPI or RoleNode (roles.go).
 	Role string
 	// NodeAddr is where a node serves the api processes.
@@ -173,6 +179,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	cl, err := checkRole(&cfg)
 	if err != nil {
+		return err
+	}
+	if err := checkPublicURL(cfg); err != nil {
 		return err
 	}
 	if cfg.Role == RoleAPI {
@@ -438,7 +447,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TeamDiskQuotaMB: cfg.TeamDiskQuotaMB, VolumeQuotaMB: int64(cfg.VolumeQuotaMB),
 		JWKS: clusterJWKS(st), IdentityIssuer: issuer(cfg),
 	}), api.Timeouts{})
-	srvs, certs, err := publicServers(cfg, st, ls, apiSrv, proxyHandler)
+	srvs, certs, err := publicServers(cfg, st, sealer, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
 	}
@@ -483,18 +492,29 @@ func openSecured(ctx context.Context, cfg Config, met *metrics.Metrics, log *slo
 // On each, the client's address is the TCP peer's, or, from a
 // --trusted-proxy, what its PROXY header or X-Forwarded-For says
 // (internal/clientaddr): the failed-authentication budgets are kept by it.
-func publicServers(cfg Config, st store.Store, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
+//
+// The dashboard's sessions are kept in st, their credentials sealed with
+// sealer (the cluster secret's key, or the node key): every api process
+// of a cluster serves every session.
+func publicServers(cfg Config, st store.Store, sealer dashboard.Sealer, ls *listeners, apiSrv *http.Server, proxyHandler http.Handler) ([]served, *ingress.Certs, error) {
 	trusted, err := clientaddr.New(cfg.TrustedProxies)
 	if err != nil {
 		return nil, nil, err
 	}
+	var publicURL *url.URL
+	if cfg.PublicURL != "" {
+		if publicURL, err = dashboard.ParsePublicURL(cfg.PublicURL); err != nil {
+			return nil, nil, err
+		}
+	}
 	// The dashboard shares the API's address; its page reaches envd
 	// through the proxy's handler, in process.
 	apiHandler := apiSrv.Handler
-	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiHandler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st}))
+	apiSrv.Handler = trusted.Handler(dashboard.New(dashboard.Config{API: apiHandler, Envd: proxyHandler, EnvdPort: envdinfo.Port, Store: st,
+		Sessions: st, Sealer: sealer, PublicURL: publicURL}))
 	srvs := []served{{apiSrv, trusted.Listen(ls.api), false}}
 	if ls.admin != nil {
-		adminSrv, err := adminServer(cfg, st, apiSrv, apiHandler, proxyHandler)
+		adminSrv, err := adminServer(cfg, st, sealer, apiSrv, apiHandler, proxyHandler)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -270,6 +270,7 @@ type Store interface {
 	BuildBlobStore
 	EventStore
 	SnapshotBlobStore
+	DashboardSessionStore
 
 	Close() error
 }

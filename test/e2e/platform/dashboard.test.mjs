@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
-import puppeteer from 'puppeteer-core'
+import { launchIsolatedBrowser } from '../setup/isolated-browser.mjs'
 import { Sandbox, Template } from 'e2b'
 import { warrenBinary } from '../setup/start-warren.mjs'
 
@@ -17,7 +17,7 @@ const w = inject('warren')
 const chromium = process.env.CHROMIUM || '/usr/bin/chromium'
 const shots = mkdtempSync(path.join(os.tmpdir(), 'warren-e2e-dashboard-'))
 const run = `dash${Date.now()}`
-let browser, page, sbx, other, otherKey, build
+let isolated, browser, page, sbx, other, otherKey, build
 // A webhook receiver on loopback (the suite's server allows 127.0.0.0/8).
 let receiver, receiverUrl
 const received = []
@@ -66,7 +66,9 @@ beforeAll(async () => {
   receiverUrl = `http://127.0.0.1:${receiver.address().port}/hook`
   const tpl = Template().fromTemplate('base').runCmd(`echo ${run}-build-line`)
   ;[browser, sbx, other, build] = await Promise.all([
-    puppeteer.launch({ executablePath: chromium, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] }),
+    // In a network namespace of its own: sandboxes' veths coming and going
+    // abort a browser's requests (setup/isolated-browser.mjs).
+    launchIsolatedBrowser({ chromium, ports: [new URL(w.apiUrl).port, new URL(w.adminUrl).port].map(Number) }).then((b) => (isolated = b).browser),
     Sandbox.create('base', { metadata: { suite: 'dashboard', run } }),
     Sandbox.create('base', { apiKey: otherKey, metadata: { suite: 'dashboard', run, team: 'b' } }),
     Template.buildInBackground(tpl, `${run}-tpl`, { cpuCount: 1, memoryMB: 512 }),
@@ -78,7 +80,7 @@ beforeAll(async () => {
 }, 90_000)
 
 afterAll(async () => {
-  await browser?.close()
+  await isolated?.close()
   receiver?.closeAllConnections()
   receiver?.close()
   await sbx?.kill().catch(() => {})

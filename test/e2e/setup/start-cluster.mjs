@@ -15,10 +15,11 @@ export const psql = (sql, dbname = 'postgres', host = '/var/run/postgresql', use
   execFileSync('psql', ['-h', host, '-U', user, '-d', dbname, '-v', 'ON_ERROR_STOP=1', '-tAc', sql], { encoding: 'utf8' }).trim()
 
 // nodes: { name: { prefix, net16 } }; apis: how many api processes;
-// nodeArgs: more flags for every node; extraArgs: for every process;
+// nodeArgs: more flags for every node; apiArgs[i]: for api process i
+// (each of its starts); extraArgs: for every process;
 // pg: a PostgreSQL server of the caller's own ({ host, user }: its
 // socket dir and role), default the shared one.
-export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], extraArgs = [], pg = { host: '/var/run/postgresql', user: 'root' } }) {
+export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [], apiArgs = [], extraArgs = [], pg = { host: '/var/run/postgresql', user: 'root' } }) {
   const sql = (q, dbname = 'postgres') => psql(q, dbname, pg.host, pg.user)
   const secret = randomBytes(32).toString('hex')
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
@@ -65,7 +66,7 @@ export async function startCluster({ nodes, apis = 1, poolSize = 1, nodeArgs = [
       a.proc = await spawnWarren([
         'serve', '--role', 'api', '--store', storeURL, '--data-dir', a.dataDir,
         '--api-addr', `127.0.0.1:${a.port}`, '--proxy-addr', `127.0.0.1:${a.proxyPort}`,
-        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, '--log-level', 'debug', ...shared, ...extra,
+        '--metrics-addr', `127.0.0.1:${a.metricsPort}`, '--log-level', 'debug', ...shared, ...(apiArgs[i] || []), ...extra,
       ], { env, healthUrl: `http://127.0.0.1:${a.port}/health` })
       a.opts = { apiUrl: `http://127.0.0.1:${a.port}`, sandboxUrl: `http://127.0.0.1:${a.proxyPort}`, apiKey }
     },
