@@ -67,6 +67,16 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		t.Errorf("a ready build's image is not in the blob store (%d blobs of team %s; a record and a layer at least were wanted)", len(blobs), team)
 	}
 
+	// A sandbox of the template, paused into the store on A: its resume
+	// elsewhere needs the template's layers, which only A has.
+	paused := c.createFrom(ctx, t, c.apiKey, built.TemplateID)
+	if r, err := c.exec(ctx, paused, "echo kept > /home/user/kept"); err != nil || r.exit != 0 {
+		t.Fatalf("writing in the sandbox: %+v %v", r, err)
+	}
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+paused.ID+"/pause", nil); err != nil || r.status != http.StatusNoContent {
+		t.Fatalf("pause: %v %v", r, err)
+	}
+
 	// A is lost with its disk.
 	c.kill9(a)
 	if err := os.RemoveAll(a.dataDir); err != nil {
@@ -114,6 +124,15 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		}
 		c.putObject(ctx, t, mc, layerKey, good)
 	}
+
+	// The sandbox paused on A resumes on B, which gets the template's
+	// layers first.
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+paused.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
+		t.Errorf("resuming on B a sandbox of a template only the lost A had: %v %v", r, err)
+	} else if r, err := c.exec(ctx, paused, "cat /home/user/kept /etc/warren-blob-marker"); err != nil || r.stdout != "kept\n"+marker+"\n" {
+		t.Errorf("the resumed sandbox: %+v %v", r, err)
+	}
+	c.call(ctx, c.apiKey, "DELETE", "/sandboxes/"+paused.ID, nil)
 
 	// Whole again, it starts on B, from the store.
 	start := time.Now()
