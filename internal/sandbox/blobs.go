@@ -145,6 +145,9 @@ func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, 
 	if err != nil {
 		return nil, &ResumeError{ID: id, Step: "reading its record", Err: err}
 	}
+	if err := m.haveLayersOf(ctx, rec); err != nil {
+		return nil, &ResumeError{ID: id, Step: "getting its template's layers", Err: err}
+	}
 	home, err := m.cfg.Node.KeptHome(id)
 	if err != nil {
 		return nil, &ResumeError{ID: id, Step: "fetching it from the blob store", Err: err}
@@ -186,6 +189,37 @@ func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, 
 	m.mu.Unlock()
 	m.log.Info("took over a sandbox paused on another node, from the blob store", "sandbox", id, "from", from, "blob", d.String(), "took", time.Since(start).Round(time.Millisecond))
 	return l, nil
+}
+
+// haveLayersOf makes sure the layers rec's sandbox was made from are on
+// this node before it is taken over: a team template's build may have
+// been made on the lost node only. Resolving the template gets its build
+// here as a create would (pulled from a peer, or fetched from the blob
+// store); a template rebuilt since has other layers, and then the
+// sandbox's own must already be here.
+func (m *Manager) haveLayersOf(ctx context.Context, rec store.Sandbox) error {
+	img, err := parseImage(rec)
+	if err != nil {
+		return err
+	}
+	missing := func() string {
+		for _, l := range img.Layers {
+			if !m.cfg.Images.HasLayer(l) {
+				return l
+			}
+		}
+		return ""
+	}
+	if missing() == "" {
+		return nil
+	}
+	if _, err := m.cfg.Resolve(ctx, rec.TeamID, rec.TemplateID); err != nil {
+		return fmt.Errorf("its template %s could not be had on this node: %w", rec.TemplateID, err)
+	}
+	if l := missing(); l != "" {
+		return fmt.Errorf("layer %s of its template %s is not on this node, nor in the template's current build (rebuilt since?)", l, rec.TemplateID)
+	}
+	return nil
 }
 
 // fetchPaused downloads blob d (verified) and unpacks it into home.
