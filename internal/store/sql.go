@@ -90,7 +90,21 @@ func Open(ctx context.Context, url string) (*SQL, error) {
 	return OpenSQLite(ctx, strings.TrimPrefix(url, "sqlite://"))
 }
 
+// Connections kept open between uses: database/sql keeps 2 by default,
+// and closes every other one when its statement ends, so that a process
+// running more than 2 statements at once (an api under load, a node's
+// heartbeat beside its sandboxes' writes) opened a connection for nearly
+// each one: a PostgreSQL backend started, authenticated and dropped per
+// statement (test/scale counted 1 new connection per create at 32 creates
+// at once). Those past idleConns, or idle for idleConnTime, still close.
+const (
+	idleConns    = 32
+	idleConnTime = 2 * time.Minute
+)
+
 func open(ctx context.Context, db *sql.DB, d dialect, locker lock.SessionLocker) (*SQL, error) {
+	db.SetMaxIdleConns(idleConns)
+	db.SetConnMaxIdleTime(idleConnTime)
 	s := &SQL{db: db, d: d}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
