@@ -27,9 +27,15 @@ const (
 	maxBuildLogPages = 200
 )
 
-// routeDashboardAPI serves E2B's dashboard calls before the generated router.
+// routeDashboardAPI serves E2B's dashboard calls before the generated
+// router, and E2B's dashboard-api service below DashboardAPIPrefix
+// (dashboardservice.go).
 func (s *Server) routeDashboardAPI(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := strings.CutPrefix(r.URL.Path, DashboardAPIPrefix+"/"); ok {
+			s.dashboardService(w, r, "/"+rest)
+			return
+		}
 		if r.Method == http.MethodGet {
 			if r.URL.Path == "/sandboxes/metrics" {
 				s.sandboxesMetrics(w, r)

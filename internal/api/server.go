@@ -244,11 +244,12 @@ func isUpload(r *http.Request) bool {
 
 // authenticate resolves the caller's team from X-API-Key, or from an
 // access token in Authorization: Bearer, and applies the team's rate
-// limit. Only /health, the identity keys (public by nature) and template
+// limit. Only /health (the platform API's and the dashboard API's), the
+// identity keys (public by nature) and template
 // file uploads (whose URLs are signed) are open. A failure spends the client address's budget (authFailed).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" || isIdentityDiscovery(r) {
+		if r.URL.Path == "/health" || r.URL.Path == DashboardAPIPrefix+"/health" || isIdentityDiscovery(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

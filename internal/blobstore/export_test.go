@@ -29,3 +29,39 @@ func StartUploadForTest(ctx context.Context, s *S3, team string) error {
 	_, err := core.NewMultipartUpload(ctx, s.bucket, s.prefix+teamPrefix(team)+"unfinished", minio.PutObjectOptions{})
 	return err
 }
+
+// PutPartForTest stores data as part n of an unfinished upload of blob
+// d (begun if there is none), as an interrupted upload would have left
+// it.
+func PutPartForTest(ctx context.Context, s *S3, team string, d Digest, n int, data []byte) error {
+	core := minio.Core{Client: s.c}
+	k := s.key(team, d)
+	id, _, err := s.unfinished(ctx, core, k)
+	if err == nil && id == "" {
+		id, err = core.NewMultipartUpload(ctx, s.bucket, k, minio.PutObjectOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	_, err = core.PutObjectPart(ctx, s.bucket, k, id, n, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+	return err
+}
+
+// UnfinishedPartsForTest counts the parts of blob d's unfinished upload.
+func UnfinishedPartsForTest(ctx context.Context, s *S3, team string, d Digest) (int, error) {
+	id, parts, err := s.unfinished(ctx, minio.Core{Client: s.c}, s.key(team, d))
+	if id == "" && err == nil {
+		return -1, nil
+	}
+	return len(parts), err
+}
+
+// PartETagsForTest lists the ETags of blob d's unfinished upload's parts.
+func PartETagsForTest(ctx context.Context, s *S3, team string, d Digest) []string {
+	_, parts, _ := s.unfinished(ctx, minio.Core{Client: s.c}, s.key(team, d))
+	var out []string
+	for _, p := range parts {
+		out = append(out, fmt.Sprintf("%d:%d:%s", p.PartNumber, p.Size, p.ETag))
+	}
+	return out
+}

@@ -41,7 +41,9 @@ type S3Config struct {
 	// CredentialsFile is an AWS shared credentials file.
 	CredentialsFile string
 	// PartSize is the size of a multipart upload's parts (default 16 MiB)
-	// and Concurrency how many are sent at once (default 4).
+	// and Concurrency how many are sent at once (default 4). An upload
+	// cut short is resumed by the next Put of the same blob
+	// (s3upload.go).
 	PartSize    uint64
 	Concurrency uint
 	// Transport, when set, carries the requests (tests).
@@ -148,7 +150,8 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		return err
 	}
 	if info, err := s.Stat(ctx, team, d); err == nil && info.Size == size {
-		return nil // content-addressed: already there
+		progressOf(ctx)(Progress{Bytes: size}) // nothing sent
+		return nil                             // content-addressed: already there
 	}
 	opts := minio.PutObjectOptions{
 		ContentType: "application/octet-stream",
@@ -156,14 +159,19 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		NumThreads:  s.conc,
 	}
 	k := s.key(team, d)
+	if f, ok := r.(HashedFile); ok {
+		if err := s.putFile(ctx, k, d, f.File, size); err != nil {
+			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
+		}
+		return nil
+	}
 	if f, ok := r.(*os.File); ok {
 		// Parts are read at their offsets, concurrently: verify the file
 		// as a whole first, so that what is sent is what is named.
 		if err := verifyReaderAt(f, d, size); err != nil {
 			return err
 		}
-		_, err := s.c.PutObject(ctx, s.bucket, k, io.NewSectionReader(f, 0, size), size, opts)
-		if err != nil {
+		if err := s.putFile(ctx, k, d, f, size); err != nil {
 			return fmt.Errorf("blobstore: uploading %s: %w", d, err)
 		}
 		return nil
@@ -177,6 +185,7 @@ func (s *S3) Put(ctx context.Context, team string, d Digest, size int64, r io.Re
 		_ = s.c.RemoveObject(context.WithoutCancel(ctx), s.bucket, k, minio.RemoveObjectOptions{})
 		return err
 	}
+	progressOf(ctx)(Progress{Parts: 1, Total: 1, Bytes: size, Sent: size})
 	return nil
 }
 

@@ -20,13 +20,19 @@ const goodKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 // fakeAPI answers as the platform API does about credentials: only
 // goodKey in X-API-Key, and only sandbox "sb1" of its team. It records
 // the last request's headers.
-type fakeAPI struct{ last http.Header }
+type fakeAPI struct {
+	last http.Header
+	// lastContent is the last volume content request: method, path?query and body.
+	lastContent string
+}
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.last = r.Header.Clone()
 	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		body, _ := io.ReadAll(r.Body)
+		f.lastContent = r.Method + " " + r.URL.RequestURI() + " " + string(body)
 		// The content API takes only the volume's own token.
-		if r.Header.Get("Authorization") != "Bearer vol-token" || r.URL.Path != "/volumecontent/vol1/dir" {
+		if r.Header.Get("Authorization") != "Bearer vol-token" || !strings.HasPrefix(r.URL.Path, "/volumecontent/vol1/") {
 			writeError(w, http.StatusUnauthorized, "missing or invalid volume token")
 			return
 		}
@@ -388,5 +394,44 @@ func TestNoAdminDoorWithoutAdminConfig(t *testing.T) {
 	cookie := signIn(t, h)
 	if w := do(h, "GET", "/dashboard/admin/nodes", "", map[string]string{"Cookie": cookie, Header: "1"}); w.Code != http.StatusNotFound {
 		t.Errorf("admin door on a public dashboard: %d, want 404", w.Code)
+	}
+}
+
+// TestVolumeContentDoorWrites: an upload (PUT) and a delete pass the
+// volume door with the same checks as a read: CSRF header and own origin,
+// a session, the team's volume; the volume's token is the server's.
+func TestVolumeContentDoorWrites(t *testing.T) {
+	h, api, _, _ := newTest(t)
+	cookie := signIn(t, h)
+	hdr := map[string]string{"Cookie": cookie, Header: "1", "Origin": "http://warren.test"}
+	w := do(h, "PUT", "/dashboard/api/volumecontent/vol1/file?path=%2Fdocs%2Fa.txt&force=true", "file bytes", hdr)
+	if w.Code != http.StatusOK || api.lastContent != "PUT /volumecontent/vol1/file?path=%2Fdocs%2Fa.txt&force=true file bytes" || api.last.Get("Authorization") != "Bearer vol-token" {
+		t.Fatalf("upload: %d %s, API saw %q %v", w.Code, w.Body, api.lastContent, api.last)
+	}
+	w = do(h, "DELETE", "/dashboard/api/volumecontent/vol1/path?path=%2Fdocs%2Fa.txt", "", hdr)
+	if w.Code != http.StatusOK || api.lastContent != "DELETE /volumecontent/vol1/path?path=%2Fdocs%2Fa.txt " {
+		t.Fatalf("delete: %d %s, API saw %q", w.Code, w.Body, api.lastContent)
+	}
+	api.lastContent = ""
+	refused := []struct {
+		name string
+		hdr  map[string]string
+		path string
+		want int
+	}{
+		{"no CSRF header", map[string]string{"Cookie": cookie}, "/dashboard/api/volumecontent/vol1/file?path=/b", http.StatusForbidden},
+		{"another origin", map[string]string{"Cookie": cookie, Header: "1", "Origin": "https://evil.example"}, "/dashboard/api/volumecontent/vol1/file?path=/b", http.StatusForbidden},
+		{"no session", map[string]string{Header: "1"}, "/dashboard/api/volumecontent/vol1/file?path=/b", http.StatusUnauthorized},
+		{"another team's volume", hdr, "/dashboard/api/volumecontent/vol2/file?path=/b", http.StatusNotFound},
+	}
+	for _, c := range refused {
+		for _, m := range []string{"PUT", "DELETE"} {
+			if w := do(h, m, c.path, "x", c.hdr); w.Code != c.want {
+				t.Errorf("%s %s: %d, want %d", m, c.name, w.Code, c.want)
+			}
+		}
+	}
+	if api.lastContent != "" {
+		t.Errorf("a refused write reached the content API: %q", api.lastContent)
 	}
 }

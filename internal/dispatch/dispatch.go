@@ -599,11 +599,12 @@ func (d *Dispatcher) ResumeSandbox(ctx context.Context, teamID team.ID, id strin
 	return out, err
 }
 
-// Fork forks on the parent's node (the checkpoint is there), as many
-// children as the team's limit has places for; the others fail as
-// their creates would (claims.go).
+// Fork forks on the parent's node (the checkpoint is there), or on a
+// node that takes it over from the blob store when its node is lost
+// (fork.go), as many children as the team's limit has places for; the
+// others fail as their creates would (claims.go).
 func (d *Dispatcher) Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, error) {
-	c, err := d.on(ctx, teamID, id)
+	cands, err := d.forkNodes(ctx, teamID, id)
 	if err != nil {
 		return nil, err
 	}
@@ -615,7 +616,7 @@ func (d *Dispatcher) Fork(ctx context.Context, teamID team.ID, id string, timeou
 		return nil, err
 	}
 	defer release()
-	children, err := c.Fork(ctx, teamID, id, timeout, places)
+	children, err := d.forkOn(ctx, cands, teamID, id, timeout, places)
 	if err != nil {
 		return nil, err
 	}

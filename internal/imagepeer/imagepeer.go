@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -230,6 +231,12 @@ func header(p, rel string, fi fs.FileInfo, links map[[2]uint64]string) (*tar.Hea
 		return nil, err
 	}
 	hdr.Name = rel
+	// Reading a layer changes its files' access times: without them, a
+	// layer's stream is the same each time, and so is its blob in the
+	// store (internal/imageblob), which a later build reusing the layer
+	// from the cache then finds there. The puller sets access times to
+	// the modification times.
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
 	if fi.IsDir() && rel != "." {
 		hdr.Name = rel + "/"
 	} else if rel == "." {

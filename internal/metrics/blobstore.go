@@ -16,7 +16,11 @@ import (
 // (warren_blob_store_operation_duration_seconds), their failures counted
 // (warren_blob_store_errors_total) and the bytes moved counted by
 // direction (warren_blob_store_bytes_total: upload, download): the
-// throughput is the rate of the bytes over the time of put and get.
+// throughput is the rate of the bytes over the time of put and get, and
+// each put or get of at least 1 MiB observes its own throughput
+// (warren_blob_store_throughput_bytes_per_second: upload, download; an
+// upload counts the bytes it sent, not the parts an interrupted upload
+// had stored already, nor a blob already there).
 // Each listing of a team's blobs (the blob collector lists every team's
 // every 10 minutes) sets warren_blob_store_team_bytes, the bytes the
 // team has in the store; BlobCache counts the paused sandboxes' copies
@@ -37,6 +41,11 @@ func (m *Metrics) BlobStore(s blobstore.Store) blobstore.Store {
 			Help: "Bytes uploaded to and downloaded from the blob store.",
 		}, []string{"direction"}),
 	}
+	b.rate = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "warren_blob_store_throughput_bytes_per_second",
+		Help:    "Throughput of each blob store upload and download of at least 1 MiB (bytes sent or fetched over the call's time).",
+		Buckets: prometheus.ExponentialBuckets(1<<20, 2, 13), // 1 MiB/s to 4 GiB/s
+	}, []string{"direction"})
 	b.teamBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warren_blob_store_team_bytes",
 		Help: "Bytes a team has in the blob store, as last listed (the blob collector lists every team every 10 minutes).",
@@ -45,7 +54,7 @@ func (m *Metrics) BlobStore(s blobstore.Store) blobstore.Store {
 		Name: "warren_blob_cache_total",
 		Help: "Resumes of sandboxes paused in the blob store: with the node's own copy (hit) or fetched from the store (miss).",
 	}, []string{"result"})
-	m.reg.MustRegister(b.time, b.errs, b.bytes, b.teamBytes, m.blobCache)
+	m.reg.MustRegister(b.time, b.errs, b.bytes, b.rate, b.teamBytes, m.blobCache)
 	return b
 }
 
@@ -68,6 +77,7 @@ type timedBlobs struct {
 	time  *prometheus.HistogramVec
 	errs  *prometheus.CounterVec
 	bytes *prometheus.CounterVec
+	rate  *prometheus.HistogramVec
 	// teamBytes is set by List.
 	teamBytes *prometheus.GaugeVec
 }
@@ -81,20 +91,40 @@ func (b *timedBlobs) observe(op string, start time.Time, err error) {
 
 func (b *timedBlobs) Put(ctx context.Context, team string, d blobstore.Digest, size int64, r io.Reader) error {
 	start := time.Now()
+	// What an S3 upload sends (its progress); a store that reports none
+	// sent it all.
+	sent, reported := int64(0), false
+	ctx = blobstore.WithProgress(ctx, func(p blobstore.Progress) { sent, reported = p.Sent, true })
 	err := b.Store.Put(ctx, team, d, size, r)
 	b.observe("put", start, err)
 	if err == nil {
 		b.bytes.WithLabelValues("upload").Add(float64(size))
+		if !reported {
+			sent = size
+		}
+		b.observeRate("upload", sent, time.Since(start))
 	}
 	return err
+}
+
+// minRateBytes is the least a transfer moves to have its throughput
+// observed: below it, the time is the call's latency.
+const minRateBytes = 1 << 20
+
+func (b *timedBlobs) observeRate(direction string, n int64, took time.Duration) {
+	if n >= minRateBytes && took > 0 {
+		b.rate.WithLabelValues(direction).Observe(float64(n) / took.Seconds())
+	}
 }
 
 func (b *timedBlobs) Get(ctx context.Context, team string, d blobstore.Digest, dst string) error {
 	start := time.Now()
 	err := b.Store.Get(ctx, team, d, dst)
 	b.observe("get", start, err)
+	took := time.Since(start)
 	if fi, serr := os.Stat(dst); err == nil && serr == nil {
 		b.bytes.WithLabelValues("download").Add(float64(fi.Size()))
+		b.observeRate("download", fi.Size(), took)
 	}
 	return err
 }

@@ -119,3 +119,43 @@ func TestBlobStoreTeamBytesAndCache(t *testing.T) {
 		}
 	}
 }
+
+// A put and a get of at least 1 MiB observe their throughput; smaller
+// ones do not.
+func TestBlobStoreThroughput(t *testing.T) {
+	m := New()
+	local, err := blobstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.BlobStore(local)
+	ctx := context.Background()
+	for _, n := range []int{2 << 20, 1000} {
+		data := bytes.Repeat([]byte{byte(n)}, n)
+		d := blobstore.DigestOf(data)
+		if err := s.Put(ctx, "t1", d, int64(n), bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Get(ctx, "t1", d, filepath.Join(t.TempDir(), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "warren_blob_store_throughput_bytes_per_second" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			if h := mt.GetHistogram(); h != nil && h.GetSampleSum() > 0 {
+				got[mt.GetLabel()[0].GetValue()] = h.GetSampleCount()
+			}
+		}
+	}
+	if got["upload"] != 1 || got["download"] != 1 {
+		t.Fatalf("throughput samples %v, want one upload and one download (the 2 MiB blob's)", got)
+	}
+}

@@ -280,6 +280,24 @@ func (ts *timedStore) TeamDiskUsage(ctx context.Context, teamID string) (store.T
 	return timed(ts, "TeamDiskUsage", func() (store.TeamDisk, error) { return ts.Store.TeamDiskUsage(ctx, teamID) })
 }
 
+// Templates' blobs in the blob store.
+
+func (ts *timedStore) AddBuildBlob(ctx context.Context, b store.BuildBlob) error {
+	return timed0(ts, "AddBuildBlob", func() error { return ts.Store.AddBuildBlob(ctx, b) })
+}
+
+func (ts *timedStore) BuildBlobs(ctx context.Context, teamID, buildID string) ([]store.BuildBlob, error) {
+	return timed(ts, "BuildBlobs", func() ([]store.BuildBlob, error) { return ts.Store.BuildBlobs(ctx, teamID, buildID) })
+}
+
+func (ts *timedStore) TeamBuildBlobs(ctx context.Context, teamID string) ([]store.BuildBlob, error) {
+	return timed(ts, "TeamBuildBlobs", func() ([]store.BuildBlob, error) { return ts.Store.TeamBuildBlobs(ctx, teamID) })
+}
+
+func (ts *timedStore) ReleaseBuildBlobs(ctx context.Context, teamID string) ([]string, error) {
+	return timed(ts, "ReleaseBuildBlobs", func() ([]string, error) { return ts.Store.ReleaseBuildBlobs(ctx, teamID) })
+}
+
 // Events and webhooks.
 
 func (ts *timedStore) ListSandboxEvents(ctx context.Context, f store.EventFilter) ([]store.SandboxEvent, error) {
@@ -343,4 +361,22 @@ func (ts *timedStore) PendingDeliveries(ctx context.Context) (int, error) {
 
 func (ts *timedStore) PruneEvents(ctx context.Context, before time.Time) (int, error) {
 	return timed(ts, "PruneEvents", func() (int, error) { return ts.Store.PruneEvents(ctx, before) })
+}
+
+// Snapshots in the blob store.
+
+func (ts *timedStore) PutSnapshotBlob(ctx context.Context, b store.SnapshotBlob) error {
+	return timed0(ts, "PutSnapshotBlob", func() error { return ts.Store.PutSnapshotBlob(ctx, b) })
+}
+
+func (ts *timedStore) GetSnapshotBlob(ctx context.Context, teamID, buildID string) (store.SnapshotBlob, error) {
+	return timed(ts, "GetSnapshotBlob", func() (store.SnapshotBlob, error) { return ts.Store.GetSnapshotBlob(ctx, teamID, buildID) })
+}
+
+func (ts *timedStore) DeleteSnapshotBlob(ctx context.Context, teamID, buildID string) error {
+	return timed0(ts, "DeleteSnapshotBlob", func() error { return ts.Store.DeleteSnapshotBlob(ctx, teamID, buildID) })
+}
+
+func (ts *timedStore) ListSnapshotBlobs(ctx context.Context) ([]store.SnapshotBlob, error) {
+	return timed(ts, "ListSnapshotBlobs", func() ([]store.SnapshotBlob, error) { return ts.Store.ListSnapshotBlobs(ctx) })
 }

@@ -25,6 +25,11 @@
 // token are still served (behind a load balancer, all clients may share
 // one address).
 //
+// CORS. A browser's preflight names no sandbox (it carries none of the
+// headers it asks leave for), so one that nothing routes is answered
+// with envd's own CORS grant (envdinfo.CORS): E2B's dashboard calls envd
+// from the browser through one E2B_SANDBOX_URL.
+//
 // Signed URLs. The SDK's uploadUrl() and downloadUrl() with E2B_SANDBOX_URL
 // set name no sandbox: they are /files URLs on the proxy's own host with a
 // signature made from one sandbox's envd access token. A GET or POST to
@@ -225,6 +230,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	client := ratelimit.ClientKey(r.RemoteAddr)
 	id, port, err := ParseRoute(p.cfg.Domain, r.Host, r.Header)
 	signed := false
+	if err != nil && isPreflight(r) {
+		// A browser's preflight carries none of the headers it asks
+		// leave for (E2b-Sandbox-Id among them), so with E2B_SANDBOX_URL
+		// (one address for every sandbox) nothing routes it. It is
+		// answered with envd's own CORS grant: no credentials, and the
+		// actual request still needs its route and envd's token.
+		w.Header().Del("Access-Control-Allow-Origin")
+		envdinfo.CORS(w, r)
+		return
+	}
 	if err != nil {
 		q, op, ok := signedFilesRequest(r)
 		if !ok {
@@ -285,6 +300,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Del("Access-Control-Allow-Origin")
 	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// isPreflight tells a CORS preflight.
+func isPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
 }
 
 // errSandboxEnded is the cause that ends the exchanges of a sandbox being

@@ -52,9 +52,6 @@ var errMovedAway = errors.New("sandbox: taken over by another node")
 func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) error {
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
-	if err := m.faultPoint("pause-before-upload", id); err != nil {
-		return err
-	}
 	// A writable layer that is a plain directory (no disk limit) holds
 	// owners, modes and overlay whiteouts a pack does not keep.
 	if _, err := os.Stat(filepath.Join(home, rootfs.DiskImageName)); err != nil {
@@ -93,12 +90,19 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	if err := m.cfg.Blobs.Put(ctx, teamID, d, size, f); err != nil {
+	packed := time.Now()
+	m.faultPoint("pause-before-upload", id)
+	var last blobstore.Progress
+	progress := func(p blobstore.Progress) { last = p }
+	if err := m.cfg.Blobs.Put(blobstore.WithProgress(m.uploadFaults(ctx, id), progress), teamID, d, size, blobstore.HashedFile{File: f}); err != nil {
 		return err
 	}
-	if err := m.faultPoint("pause-after-upload", id); err != nil {
-		return err
+	uploaded := time.Now()
+	if last.Found > 0 {
+		m.log.Info("resumed an upload a crash cut short: the parts it had stored were not sent again", "sandbox", id,
+			"reused_parts", last.Reused, "found_parts", last.Found, "parts", last.Total, "sent_bytes", last.Sent)
 	}
+	m.faultPoint("pause-after-upload", id)
 	_, err = m.cfg.Store.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if s.State != store.StatePaused {
 			return fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, s.State)
@@ -110,7 +114,8 @@ func (m *Manager) storePaused(ctx context.Context, teamID, id, home string) erro
 		_ = m.cfg.Blobs.Delete(ctx, teamID, d)
 		return err
 	}
-	m.log.Info("paused sandbox stored in the blob store", "sandbox", id, "blob", d.String(), "bytes", size, "took", time.Since(start).Round(time.Millisecond))
+	m.log.Info("paused sandbox stored in the blob store", "sandbox", id, "blob", d.String(), "bytes", size, "took", time.Since(start).Round(time.Millisecond),
+		"pack", packed.Sub(start).Round(time.Millisecond), "upload", uploaded.Sub(packed).Round(time.Millisecond))
 	return nil
 }
 
@@ -174,6 +179,7 @@ func (m *Manager) adoptFromBlob(ctx context.Context, teamID, id string) (*live, 
 		_ = os.RemoveAll(home)
 		return nil, err
 	}
+	m.faultPoint("resume-after-claim", id)
 	l := m.newLive(rec, nil)
 	m.mu.Lock()
 	m.live[id] = l
@@ -190,18 +196,24 @@ func (m *Manager) fetchPaused(ctx context.Context, teamID string, d blobstore.Di
 	}
 	defer os.RemoveAll(tmp)
 	pack := filepath.Join(tmp, "pack")
+	start := time.Now()
 	if err := m.cfg.Blobs.Get(ctx, teamID, d, pack); err != nil {
 		return err
 	}
-	if err := m.faultPoint("resume-after-download", filepath.Base(home)); err != nil {
-		return err
-	}
+	downloaded := time.Now()
+	m.faultPoint("resume-after-download", filepath.Base(home))
 	f, err := os.Open(pack)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return blobstore.Unpack(f, home)
+	if err := blobstore.Unpack(f, home); err != nil {
+		return err
+	}
+	fi, _ := f.Stat()
+	m.log.Debug("fetched a paused sandbox's blob", "sandbox", filepath.Base(home), "blob", d.String(), "bytes", fi.Size(),
+		"download", downloaded.Sub(start).Round(time.Millisecond), "unpack", time.Since(downloaded).Round(time.Millisecond))
+	return nil
 }
 
 // dropBlob removes a sandbox's blob once nothing needs it (it was resumed
@@ -221,21 +233,6 @@ func (m *Manager) dropBlob(teamID, blob string) {
 			m.log.Warn("removing a blob no sandbox needs", "blob", blob, "err", err)
 		}
 	}()
-}
-
-// faultPoint lets a test kill this process at a step (the environment
-// variable WARREN_TEST_FAULT=step:sandboxID, honoured only when
-// WARREN_TEST_FAULTS=1): the process exits at once, as a kill -9 would
-// leave it.
-func (m *Manager) faultPoint(step, id string) error {
-	if os.Getenv("WARREN_TEST_FAULTS") != "1" {
-		return nil
-	}
-	if os.Getenv("WARREN_TEST_FAULT") == step+":"+id || os.Getenv("WARREN_TEST_FAULT") == step+":*" {
-		m.log.Error("test fault point: exiting", "step", step, "sandbox", id)
-		os.Exit(137)
-	}
-	return nil
 }
 
 // DefaultBlobGCGrace is how old a blob no record names must be before it
@@ -259,8 +256,9 @@ func (m *Manager) collectBlobs() {
 	}
 }
 
-// CollectBlobs removes every team's blobs that no sandbox record names
-// and that were stored before before; it returns how many it removed.
+// CollectBlobs removes every team's blobs that no sandbox record, no
+// snapshot record and no template build (nameBuildBlobs) names and that
+// were stored before before; it returns how many it removed.
 // Every node sharing the store may run it: removals are idempotent.
 func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, before time.Time) (int, error) {
 	teams, err := st.ListTeams(ctx)
@@ -277,9 +275,16 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 			named[r.TeamID+" "+r.PausedBlob] = true
 		}
 	}
+	if err := namedBySnapshots(ctx, st, named, before); err != nil {
+		return 0, err
+	}
 	removed := 0
 	var errs []error
 	for _, t := range teams {
+		if err := nameBuildBlobs(ctx, st, t.ID, named); err != nil {
+			errs = append(errs, err)
+			continue // not knowing what its templates use, remove none of its blobs
+		}
 		infos, err := blobs.List(ctx, t.ID)
 		if err != nil {
 			errs = append(errs, err)
@@ -510,4 +515,57 @@ func (m *Manager) blobCache(hit bool) {
 	if o, ok := m.cfg.Observer.(BlobCacheObserver); ok {
 		o.BlobCache(hit)
 	}
+}
+
+// storeUnstored finishes, after a restart, the pauses into the blob store
+// that the node's end cut short (before the upload, mid-upload or before
+// the record named the blob), and stores the sandboxes paused here before
+// the node had a store (or while it was unreachable): each paused
+// sandbox of this node with a disk image whose record names no blob is
+// packed and stored again. Its pack is the same bytes as the interrupted
+// one's (a pack holds no times), so an upload cut short is resumed, not
+// sent again (blobstore's resumable uploads). Until it is stored the
+// sandbox is paused here, resumable here, as the pause's error said.
+// It runs at the start, then with the collector (every blobGCInterval).
+func (m *Manager) storeUnstored() {
+	m.mu.Lock()
+	var paused []*live
+	for _, l := range m.live {
+		if l.paused {
+			paused = append(paused, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range paused {
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		m.storeIfUnstored(l)
+	}
+}
+
+// storeIfUnstored is storeUnstored's work on one sandbox, under its lock
+// (a resume or kill of it waits).
+func (m *Manager) storeIfUnstored(l *live) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if paused, err := m.pausedNow(l); err != nil || !paused {
+		return
+	}
+	rec, err := m.cfg.Store.GetSandbox(ctx, l.id)
+	if err != nil || rec.State != store.StatePaused || rec.PausedBlob != "" || rec.Node != m.cfg.NodeName || rec.RootfsDir == "" {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(rec.RootfsDir, rootfs.DiskImageName)); err != nil {
+		return // no disk limit: not packed (storePaused)
+	}
+	if err := m.storePaused(ctx, l.teamID, l.id, rec.RootfsDir); err != nil {
+		m.log.Warn("storing a sandbox paused on this node in the blob store", "sandbox", l.id, "err", err)
+		return
+	}
+	m.log.Info("a sandbox paused on this node only is now in the blob store too", "sandbox", l.id)
 }

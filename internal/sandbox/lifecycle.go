@@ -165,6 +165,9 @@ func (m *Manager) pauseIn(ctx context.Context, scope store.TeamScope, id string,
 		return false, fmt.Errorf("%w: pausing with the memory needs checkpoints, which this node's %s runtime cannot do here (%s): pause with {\"memory\": false} to keep only the files",
 			ErrInvalid, m.cfg.Node.Runtime().Name(), m.cfg.Node.Runtime().Capabilities().CheckpointDetail)
 	}
+	if err := m.checkStorable(l); err != nil {
+		return false, err
+	}
 	return m.pause(ctx, l, keepMemory)
 }
 
@@ -417,6 +420,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 			return err
 		}
 		committed = true
+		m.faultPoint("resume-before-restore", l.id)
 		return nil
 	})
 	if err != nil {
@@ -431,6 +435,7 @@ func (m *Manager) resume(ctx context.Context, l *live, opts ResumeOptions, reser
 		}
 		return store.Sandbox{}, false, &ResumeError{ID: l.id, Step: step, Err: err}
 	}
+	m.faultPoint("resume-after-restore", l.id)
 	booted := !opts.Memory || parked.Checkpoint == ""
 	if booted {
 		err = initEnvd(ctx, inst, l.transport, rec.EnvdAccessToken, rec, m.templateEnvs(rec))

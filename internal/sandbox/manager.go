@@ -438,7 +438,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.every(m.cfg.ReconcileInterval, m.reconcile)
 	go m.every(sampleInterval, m.sampleRunning)
 	if m.cfg.Blobs != nil {
-		m.wg.Add(2)
+		m.wg.Add(4)
+		go func() {
+			defer m.wg.Done()
+			m.storeUnstored()
+		}()
+		go m.every(blobGCInterval, m.storeUnstored)
 		go m.every(blobGCInterval, m.collectBlobs)
 		go m.every(lostReapInterval, m.reapLostPaused)
 	}

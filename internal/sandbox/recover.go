@@ -164,13 +164,18 @@ func (m *Manager) settleResume(ctx context.Context, r store.Sandbox) (*live, err
 			if err := m.cfg.Node.DropCheckpoint(p); err != nil {
 				m.log.Warn("removing a resumed sandbox's checkpoint", "sandbox", r.ID, "err", err)
 			}
+			oldBlob := ""
 			r, err = m.cfg.Store.UpdateSandbox(ctx, r.ID, func(s *store.Sandbox) error {
 				s.RootfsDir, s.Checkpoint, s.PausedAt = "", "", time.Time{}
+				oldBlob, s.PausedBlob = s.PausedBlob, ""
 				return nil
 			})
 			if err != nil {
 				return nil, err
 			}
+			// It runs: its paused files in the blob store are history,
+			// as after a resume that was not cut short.
+			m.dropBlob(r.TeamID, oldBlob)
 			return m.newLive(r, inst), nil
 		}
 	}

@@ -99,8 +99,9 @@ type ForkResult struct {
 // timeout, and the parent's metadata, environment and settings. The
 // parent runs on, its ID and end time untouched. Each sandbox succeeds or
 // fails on its own (limits apply to each as to a create); an error is
-// returned only when nothing could be forked (unknown or paused sandbox,
-// snapshot failed).
+// returned only when nothing could be forked (unknown sandbox, snapshot
+// failed). A paused sandbox is forked from its pause checkpoint and stays
+// paused (snapshotblobs.go).
 func (m *Manager) Fork(ctx context.Context, teamID team.ID, id string, timeout time.Duration, count int) ([]ForkResult, error) {
 	if count < 1 || count > MaxForkCount {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", ErrInvalid, MaxForkCount)
@@ -108,12 +109,15 @@ func (m *Manager) Fork(ctx context.Context, teamID team.ID, id string, timeout t
 	if max := m.maxTimeout(); timeout <= 0 || timeout > max {
 		return nil, fmt.Errorf("%w: timeout must be greater than 0 and at most %d seconds", ErrInvalid, int(max.Seconds()))
 	}
-	if _, err := m.lookup(teamID.Scope(), id); err != nil { // before anything is made
+	// Before anything is made; a sandbox paused in the blob store by a
+	// lost node is taken over here first (snapshotblobs.go).
+	l, err := m.lookupOrAdopt(ctx, teamID, id)
+	if err != nil {
 		return nil, err
 	}
 	snapID := forkSnapshotPrefix + NewID()
 	dir := m.cfg.Images.SnapshotDir(snapID)
-	snap, err := m.Snapshot(ctx, teamID, id, dir)
+	snap, err := m.forkSnapshot(ctx, teamID, l, dir)
 	if err != nil {
 		return nil, err
 	}

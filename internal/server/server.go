@@ -34,6 +34,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/hostres"
 	"github.com/warren-sandbox/warren/internal/identity"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/imageblob"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
 	"github.com/warren-sandbox/warren/internal/ingress"
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -307,6 +308,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	blobs, blobTemp, err := openBlobStore(ctx, cfg, met, log)
 	if err != nil {
 		return err
+	}
+	if blobs != nil {
+		// Built templates' images are kept there too.
+		builder.UseBlobStore(&imageblob.Keeper{Blobs: blobs, Images: images, Temp: blobTemp, Log: log})
 	}
 	mgr, err = sandbox.New(sandbox.Config{
 		Blobs: blobs, BlobTemp: blobTemp, BlobCacheMB: cfg.BlobCacheMB, MaxTimeout: cfg.MaxSandboxTimeout, NodeLostAfter: cfg.LostAfter,

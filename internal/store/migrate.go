@@ -54,7 +54,10 @@ func migrateEmbedded(ctx context.Context, db *sql.DB, d dialect, locker lock.Ses
 
 // migrate applies the migrations in files (at its root) that the
 // database has not recorded, holding locker so that several processes
-// opening one database at once apply each migration once.
+// opening one database at once apply each migration once. A new
+// migration takes a number above every one before it: goose refuses a
+// file numbered below the version a database already has (the gaps in
+// the numbering are branches' numbers that were renumbered at merge).
 func migrate(ctx context.Context, db *sql.DB, d dialect, files fs.FS, locker lock.SessionLocker) error {
 	if err := prepareVersionTable(ctx, db, d); err != nil {
 		return fmt.Errorf("store: migration versions: %w", err)

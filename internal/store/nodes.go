@@ -52,9 +52,17 @@ type NodeUsage struct {
 	Warm map[string]int
 }
 
-// Lost says whether the node has not been heard from within after of now.
+// MaxHeartbeatAhead is how far after the reader's clock a heartbeat may
+// be dated and still count: the cluster authentication's skew window
+// (internal/cluster). A node dates its own heartbeats; one whose clock
+// runs further ahead can authenticate to no one, and trusting its dates
+// would count it alive that much longer after it died.
+const MaxHeartbeatAhead = 60 * time.Second
+
+// Lost says whether the node has not been heard from within after of now,
+// or dates its heartbeats too far ahead of now to be believed.
 func (n Node) Lost(now time.Time, after time.Duration) bool {
-	return now.Sub(n.HeartbeatAt) > after
+	return now.Sub(n.HeartbeatAt) > after || n.HeartbeatAt.Sub(now) > MaxHeartbeatAhead
 }
 
 // labelPattern is what a node label's key and value may hold: letters,

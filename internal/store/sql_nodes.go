@@ -81,7 +81,7 @@ func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
 	if n.Name == "" {
 		return fmt.Errorf("store: a node without a name")
 	}
-	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, "+s.notAfterNow("?")+", ?, ?, ?, ?, ?, ?, ?, ?) "+
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO nodes ("+nodeColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (name) DO UPDATE SET address = excluded.address, runtime = excluded.runtime, cpus = excluded.cpus, "+
 		"memory_mb = excluded.memory_mb, max_sandboxes = excluded.max_sandboxes, heartbeat_at = excluded.heartbeat_at, "+
 		"sandboxes = excluded.sandboxes, used_cpus = excluded.used_cpus, used_memory_mb = excluded.used_memory_mb, warm = excluded.warm, "+
@@ -92,25 +92,12 @@ func (s *SQL) RegisterNode(ctx context.Context, n Node) error {
 	return err
 }
 
-// notAfterNow is the SQL for the millisecond time arg, but never later
-// than the database's clock. A node dates its own heartbeats; one whose
-// clock runs ahead would otherwise count as alive that much longer after
-// it died (Node.Lost), its sandboxes unreachable and not taken over. One
-// behind looks stale sooner, which is the safe side (and its cluster
-// signatures are refused beyond the skew window anyway).
-func (s *SQL) notAfterNow(arg string) string {
-	if s.d == postgresDialect {
-		return "LEAST(" + arg + ", CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT))"
-	}
-	return "MIN(" + arg + ", CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
-}
-
 // HeartbeatNode is one statement, which answers the node's state too:
 // 100 nodes heartbeat 50 times a second, and each round trip is a share of
 // PostgreSQL's time (test/scale).
 func (s *SQL) HeartbeatNode(ctx context.Context, name string, at time.Time, u NodeUsage) (NodeState, error) {
 	var state string
-	err := s.db.QueryRowContext(ctx, s.q("UPDATE nodes SET heartbeat_at = "+s.notAfterNow("?")+", sandboxes = ?, used_cpus = ?, used_memory_mb = ?, warm = ?, free_disk_mb = ? WHERE name = ? RETURNING state"),
+	err := s.db.QueryRowContext(ctx, s.q("UPDATE nodes SET heartbeat_at = ?, sandboxes = ?, used_cpus = ?, used_memory_mb = ?, warm = ?, free_disk_mb = ? WHERE name = ? RETURNING state"),
 		ms(at), u.Sandboxes, u.UsedCPUs, u.UsedMemoryMB, formatWarm(u.Warm), u.FreeDiskMB, name).Scan(&state)
 	return NodeState(state), notFound("node", name, err)
 }

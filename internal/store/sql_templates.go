@@ -243,6 +243,7 @@ func (s *SQL) DeleteTemplate(ctx context.Context, id string) error {
 		"DELETE FROM template_names WHERE template_id = ?",
 		"DELETE FROM template_tags WHERE template_id = ?",
 		"DELETE FROM build_logs WHERE build_id IN (SELECT id FROM template_builds WHERE template_id = ?)",
+		"DELETE FROM snapshot_blobs WHERE build_id IN (SELECT id FROM template_builds WHERE template_id = ?)",
 		"DELETE FROM template_builds WHERE template_id = ?",
 		"DELETE FROM templates WHERE id = ?",
 	} {

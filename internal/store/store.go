@@ -267,7 +267,9 @@ type Store interface {
 	ClaimStore
 	RouteStore
 	DiskUsageStore
+	BuildBlobStore
 	EventStore
+	SnapshotBlobStore
 
 	Close() error
 }

@@ -75,3 +75,38 @@ func TestTemplateNamesArePerTeam(t *testing.T) {
 		t.Errorf("no team's app: %v", err)
 	}
 }
+
+// TestTagByBuildID: where no tag has the name, "name:buildID" names one
+// of the template's ready builds, as in E2B (its dashboard assigns tags
+// with such targets); a build still running, or another template's, is
+// not found.
+func TestTagByBuildID(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	b := newUploadBuilder(t, st, t.TempDir())
+	app := newTemplate(t, b, "t1", "app")
+	other := newTemplate(t, b, "t1", "other")
+	ready := func(id string) {
+		if _, err := st.UpdateBuild(ctx, id, func(bd *store.Build) error { bd.Status = store.BuildReady; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := b.AssignTags(ctx, "t1", "app:"+app.BuildID, []string{"v1"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a build not ready yet: %v, want not found", err)
+	}
+	ready(app.BuildID)
+	ready(other.BuildID)
+	got, tags, err := b.AssignTags(ctx, "t1", "app:"+app.BuildID, []string{"v1"})
+	if err != nil || got != app.BuildID || len(tags) != 1 {
+		t.Fatalf("app:<its build>: %q %v %v", got, tags, err)
+	}
+	if tg, err := st.GetTag(ctx, app.Template.ID, "v1"); err != nil || tg.BuildID != app.BuildID {
+		t.Errorf("v1 = %+v %v", tg, err)
+	}
+	if _, _, err := b.AssignTags(ctx, "t1", "app:"+other.BuildID, []string{"v2"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("app:<other's build>: %v, want not found", err)
+	}
+	if _, _, err := b.AssignTags(ctx, "t2", "app:"+app.BuildID, []string{"v3"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another team: %v, want not found", err)
+	}
+}

@@ -180,6 +180,13 @@ func (b *Builder) runBuild(ctx context.Context, bd store.Build, t store.Template
 	lg.info("building template %s (build %s), %d steps", t.ID, bd.ID, len(rec.Spec.Steps))
 	img, err := b.run(ctx, lg, bd, t, *rec.Spec, rec.RegistrySealed)
 	if err == nil {
+		// Durable before it is ready: the image outlives this node.
+		lg.setStep("finalize")
+		if err = b.storeImage(ctx, lg, t, bd, img); err != nil {
+			err = failAt("finalize", fmt.Errorf("storing the image in the blob store: %w", err))
+		}
+	}
+	if err == nil {
 		if err = b.cfg.Images.PutTemplate(img); err != nil {
 			err = failAt("finalize", err)
 		}

@@ -77,8 +77,16 @@ func (b *Builder) CreateSnapshot(ctx context.Context, teamID, createdBy, sandbox
 	if err != nil {
 		return SnapshotRef{}, err
 	}
+	// With a blob store, answered once it is durable there
+	// (snapshotblobs.go).
+	undo, err := b.storeSnapshot(ctx, teamID, buildID, snapID, snap)
+	if err != nil {
+		_ = b.cfg.Images.RemoveSnapshot(snapID)
+		return SnapshotRef{}, err
+	}
 	ref, err := b.recordSnapshot(ctx, teamID, createdBy, alias, tag, existing, buildID, snapID, snap)
 	if err != nil {
+		undo()
 		_ = b.cfg.Images.RemoveSnapshot(snapID)
 		_ = b.cfg.Images.RemoveTemplate(buildID)
 		return SnapshotRef{}, err

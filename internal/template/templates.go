@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
+	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/dockerfile"
 	"github.com/warren-sandbox/warren/internal/envdinfo"
@@ -329,9 +330,16 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	if err != nil {
 		return Resolved{}, err
 	}
-	img, err := b.image(ctx, bd)
+	img, err := b.image(ctx, t, bd)
+	if errors.Is(err, blobstore.ErrCorrupt) {
+		// The store's copy is refused; no node here can start it now.
+		return Resolved{}, fmt.Errorf("%w: template %q: build %s: %v", ErrUnavailable, ref, bd.ID, err)
+	}
 	if err != nil {
-		return Resolved{}, fmt.Errorf("%w: template %q: build %s has no image here: %v", ErrNotFound, ref, bd.ID, err)
+		img, err = b.imageFromBlob(ctx, t, bd, err) // a snapshot kept in the blob store
+	}
+	if err != nil {
+		return Resolved{}, b.noImage(ctx, ref, bd, err)
 	}
 	r := Resolved{TemplateID: t.ID, BuildID: bd.ID, Image: img, CPUCount: bd.CPUCount, MemoryMB: bd.MemoryMB}
 	if len(t.Names) > 0 {
@@ -340,17 +348,35 @@ func (b *Builder) Resolve(ctx context.Context, teamID, ref string) (Resolved, er
 	return r, nil
 }
 
-// image is build bd's image: this node's, else (in a cluster) pulled
-// from the node that built it, once.
-func (b *Builder) image(ctx context.Context, bd store.Build) (*image.Template, error) {
+// image is build bd's image (of template t, which the caller may use):
+// this node's, else (in a cluster) pulled from the node that built it,
+// once, else fetched from the blob store (blobs.go).
+func (b *Builder) image(ctx context.Context, t store.Template, bd store.Build) (*image.Template, error) {
 	img, err := b.cfg.Images.Template(bd.ID)
-	if err == nil || !errors.Is(err, image.ErrNotFound) || b.cfg.Pull == nil || bd.Node == "" || bd.Node == b.cfg.NodeName {
+	if err == nil || !errors.Is(err, image.ErrNotFound) {
 		return img, err
 	}
-	if err := b.cfg.Pull(ctx, bd.Node, bd.ID); err != nil {
-		return nil, err
+	var pullErr error
+	if b.cfg.Pull != nil && bd.Node != "" && bd.Node != b.cfg.NodeName {
+		if pullErr = b.cfg.Pull(ctx, bd.Node, bd.ID); pullErr == nil {
+			b.log.InfoContext(ctx, "template: pulled a build's image from the node that built it", "build", bd.ID, "template", bd.TemplateID, "from", bd.Node)
+			return b.cfg.Images.Template(bd.ID)
+		}
+		pullErr = fmt.Errorf("from node %s: %w", bd.Node, pullErr)
 	}
-	b.log.InfoContext(ctx, "template: pulled a build's image from the node that built it", "build", bd.ID, "template", bd.TemplateID, "from", bd.Node)
+	if b.blobKeeper() == nil {
+		if pullErr != nil {
+			return nil, pullErr
+		}
+		return img, err
+	}
+	if ferr := b.fetchImage(ctx, t, bd); ferr != nil {
+		if pullErr != nil {
+			return nil, fmt.Errorf("%v; from the blob store: %w", pullErr, ferr)
+		}
+		return nil, fmt.Errorf("from the blob store: %w", ferr)
+	}
+	b.log.InfoContext(ctx, "template: fetched a build's image from the blob store", "build", bd.ID, "template", bd.TemplateID, "built_on", bd.Node, "pull_err", pullErr)
 	return b.cfg.Images.Template(bd.ID)
 }
 
@@ -412,6 +438,9 @@ func (b *Builder) buildOf(ctx context.Context, t store.Template, tag string) (st
 	return buildOfIn(ctx, b.cfg.Store, t, tag)
 }
 
+// buildOfIn is buildOf. As in E2B, where a tag names none, it may be the
+// ID of one of t's ready builds ("name:buildID": E2B's dashboard assigns
+// tags so).
 func buildOfIn(ctx context.Context, st store.TemplateStore, t store.Template, tag string) (store.Build, error) {
 	explicit := tag != ""
 	if tag == "" {
@@ -424,12 +453,17 @@ func buildOfIn(ctx context.Context, st store.TemplateStore, t store.Template, ta
 	if !errors.Is(err, store.ErrNotFound) {
 		return store.Build{}, err
 	}
-	if explicit {
-		return store.Build{}, fmt.Errorf("%w: template %s has no tag %q", ErrNotFound, t.ID, tag)
-	}
 	builds, err := st.ListBuilds(ctx, t.ID)
 	if err != nil {
 		return store.Build{}, err
+	}
+	if explicit {
+		for _, bd := range builds {
+			if bd.ID == tag && bd.Status == store.BuildReady {
+				return bd, nil
+			}
+		}
+		return store.Build{}, fmt.Errorf("%w: template %s has no tag %q", ErrNotFound, t.ID, tag)
 	}
 	for i := len(builds) - 1; i >= 0; i-- {
 		if builds[i].Status == store.BuildReady {
@@ -519,10 +553,11 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 	for _, bd := range builds {
 		b.cancel(bd.ID)
 	}
+	blobs := b.snapshotBlobsOf(ctx, t, builds)
 	if err := b.cfg.Store.DeleteTemplate(ctx, t.ID); err != nil {
 		return err
 	}
-	errs := []error{b.removeSnapshotFiles(builds)}
+	errs := []error{b.removeSnapshotFiles(builds), b.dropSnapshotBlobs(ctx, blobs)}
 	for _, bd := range builds {
 		errs = append(errs, b.cfg.Images.RemoveTemplate(bd.ID))
 		if b.cfg.ImageRemoved != nil {
@@ -530,6 +565,7 @@ func (b *Builder) Delete(ctx context.Context, teamID, ref string) error {
 		}
 	}
 	errs = append(errs, b.removeUploads(t.ID))
+	errs = append(errs, b.releaseBlobs(ctx, t.TeamID))
 	if err := errors.Join(errs...); err != nil {
 		b.log.WarnContext(ctx, "deleting a template's files", "template", t.ID, "err", err)
 	}

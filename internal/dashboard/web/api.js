@@ -31,6 +31,14 @@ export async function call(method, path, body, prefix = '/dashboard/api', withHe
   return withHeaders ? { data, headers: res.headers } : data
 }
 
+// send calls the API with a raw body (a file's bytes), not JSON.
+export async function send(method, path, body) {
+  const res = await fetch('/dashboard/api' + path, {
+    method, credentials: 'same-origin', headers: { ...csrf, 'Content-Type': 'application/octet-stream' }, body,
+  })
+  if (!res.ok) throw await failure(res)
+}
+
 // pages reads a paginated list (X-Next-Token), at most maxPages pages.
 export async function pages(path, maxPages = 20) {
   const out = []

@@ -29,9 +29,15 @@ const browser = await puppeteer.launch({ executablePath: chromium, headless: tru
 try {
   execFileSync('go', ['run', './test/e2e/bench/seedstore', '-store', path.join(w.dataDir, 'warren.db'), '-n', String(seeded)], { cwd: repo, stdio: 'inherit' })
 
-  // First load, cold: a fresh browser context each time.
+  // First load, cold: a fresh browser context each time. Chromium aborts
+  // what is in flight when the host's addresses change
+  // (net::ERR_NETWORK_CHANGED: any sandbox's veth coming or going on this
+  // shared machine does it), leaving the page without a module: such a
+  // load is not a sample; it is done again (at most 10 times in all) and
+  // counted.
   const bytes = []
   const tti = []
+  let redone = 0
   for (let i = 0; i < 10; i++) {
     const ctx = await browser.createBrowserContext()
     const page = await ctx.newPage()
@@ -39,15 +45,26 @@ try {
     await cdp.send('Network.enable')
     await cdp.send('Network.setCacheDisabled', { cacheDisabled: true })
     let total = 0
+    let cut = false
     cdp.on('Network.loadingFinished', (e) => { total += e.encodedDataLength })
+    page.on('requestfailed', (r) => { if (r.failure()?.errorText === 'net::ERR_NETWORK_CHANGED') cut = true })
     const t0 = performance.now()
     await page.goto(`${w.apiUrl}/dashboard/`)
-    await page.waitForSelector('#key')
+    let poll
+    const wasCut = new Promise((r) => { poll = setInterval(() => cut && r(), 50) })
+    await Promise.race([page.waitForSelector('#key'), wasCut]).finally(() => clearInterval(poll))
+    if (cut) {
+      if (++redone > 10) throw new Error('first load: more than 10 loads cut by net::ERR_NETWORK_CHANGED')
+      i--
+      await ctx.close()
+      continue
+    }
     tti.push(performance.now() - t0)
     await new Promise((r) => setTimeout(r, 200)) // the last loadingFinished events
     bytes.push(total / 1024)
     await ctx.close()
   }
+  if (redone) console.log(`first load: ${redone} load(s) cut by net::ERR_NETWORK_CHANGED, done again`)
   table.latency('first load → sign-in form usable (cold cache)', tti)
   table.count('first load, KiB over the wire (cold cache)', bytes)
 
@@ -90,8 +107,19 @@ try {
   for (let i = 0; i < 10; i++) {
     const c = await browser.createBrowserContext()
     const p = await c.newPage()
-    await p.goto(`${w.apiUrl}/dashboard/`)
-    await p.waitForSelector('#key')
+    // A load cut by a network change (above) is loaded again.
+    for (let attempt = 0; ; attempt++) {
+      let cut = false
+      const onFail = (r) => { if (r.failure()?.errorText === 'net::ERR_NETWORK_CHANGED') cut = true }
+      p.on('requestfailed', onFail)
+      await p.goto(`${w.apiUrl}/dashboard/`)
+      let poll
+      const wasCut = new Promise((r) => { poll = setInterval(() => cut && r(), 50) })
+      await Promise.race([p.waitForSelector('#key'), wasCut]).finally(() => clearInterval(poll))
+      p.off('requestfailed', onFail)
+      if (!cut) break
+      if (attempt === 10) throw new Error('a dashboard: more than 10 loads cut by net::ERR_NETWORK_CHANGED')
+    }
     await p.type('#key', w.apiKey)
     await p.click('form.card button[type=submit]')
     await p.waitForSelector('#sandboxes tbody tr[data-id]', { timeout: 60_000 })

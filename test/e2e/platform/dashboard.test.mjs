@@ -249,7 +249,7 @@ describe('dashboard', () => {
     await shot('usage')
   })
 
-  test('volumes: browse a volume\'s files; another team\'s session is refused', async () => {
+  test('volumes: browse a volume\'s files, upload and delete one; another team\'s session is refused', async () => {
     const key = { 'X-API-Key': w.apiKey, 'Content-Type': 'application/json' }
     const vol = await (await fetch(`${w.apiUrl}/volumes`, { method: 'POST', headers: key, body: JSON.stringify({ name: `${run}-vol` }) })).json()
     try {
@@ -263,8 +263,18 @@ describe('dashboard', () => {
       await page.waitForSelector('#vol-list li[data-path="/docs/hello.txt"] button.link')
       await page.click('#vol-list li[data-path="/docs/hello.txt"] button.link')
       await page.waitForFunction((t) => document.getElementById('vol-preview').textContent.includes(t), {}, `in the volume ${run}`)
-      expect(await page.content()).not.toContain(vol.token)
+      // Upload into the directory shown; the API reads it. Then delete it.
+      const local = path.join(shots, 'vol-upload.txt')
+      writeFileSync(local, `uploaded to the volume ${run}`)
+      await (await page.$('#vol-upload')).uploadFile(local)
+      await page.waitForSelector('#vol-list li[data-path="/docs/vol-upload.txt"]', { timeout: 15_000 })
+      const bearer = { Authorization: `Bearer ${vol.token}` }
+      expect(await (await fetch(`${w.apiUrl}/volumecontent/${vol.volumeID}/file?path=/docs/vol-upload.txt`, { headers: bearer })).text()).toBe(`uploaded to the volume ${run}`)
       await shot('volume')
+      await page.click('#vol-list li[data-path="/docs/vol-upload.txt"] button[aria-label="Delete vol-upload.txt"]')
+      await page.waitForFunction(() => !document.querySelector('#vol-list li[data-path="/docs/vol-upload.txt"]'), { timeout: 15_000 })
+      expect((await fetch(`${w.apiUrl}/volumecontent/${vol.volumeID}/path?path=/docs/vol-upload.txt`, { headers: bearer })).status).toBe(404)
+      expect(await page.content()).not.toContain(vol.token)
       const ctx = await browser.createBrowserContext()
       const p = await ctx.newPage()
       await signIn(p, otherKey)

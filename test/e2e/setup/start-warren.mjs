@@ -74,10 +74,12 @@ export function newDataDir(at, { codeInterpreter = true } = {}) {
 // the server derives them from its data dir), and waits until GET /health
 // answers 200. tlsAddr adds the HTTPS proxy there. It returns the SDK's
 // settings and stop().
-export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, derived = false, tlsAddr, poolSize = 1, ciSnapshot = false, extraArgs = [], timeoutMs = 60_000 } = {}) {
+export async function startWarren({ dataDir = newDataDir(), instance = 'e2e', net16 = 126, derived = false, tlsAddr, poolSize = 1, ciSnapshot = false, extraArgs = [], timeoutMs = 60_000, apiPort, proxyPort } = {}) {
   if (!existsSync(warrenBinary)) throw new Error(`${warrenBinary} is missing: run \`make build\` first`)
-  const apiPort = await freePort()
-  const proxyPort = await freePort()
+  // Fixed ports only where a client was built against them (E2B's
+  // dashboard bakes its API URLs in at build time).
+  apiPort ??= await freePort()
+  proxyPort ??= await freePort()
   const args = [
     'serve', '--data-dir', dataDir,
     '--api-addr', `127.0.0.1:${apiPort}`, '--proxy-addr', `127.0.0.1:${proxyPort}`,

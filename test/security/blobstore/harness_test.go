@@ -54,6 +54,8 @@ type cluster struct {
 }
 
 type proc struct {
+	// bin is the binary it runs (default the cluster's warren).
+	bin                          string
 	name, dataDir, logPath, addr string
 	args, extraEnv               []string
 	p                            *seckit.Proc
@@ -67,6 +69,8 @@ func randHex(n int) string {
 
 // startCluster starts the S3 server, the database, two nodes and an api;
 // nodeEnv is extra environment of the first start of each node, by name.
+// With nodeEnv (even empty), the nodes run a build with the fault points
+// (faultsBinary), which reads WARREN_TEST_FAULT.
 func startCluster(t testing.TB, nodeEnv map[string][]string, withLocal bool) *cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -85,6 +89,10 @@ func startCluster(t testing.TB, nodeEnv map[string][]string, withLocal bool) *cl
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("%s is missing: run `make build` and `make setup` first", p)
 		}
+	}
+	faults := ""
+	if nodeEnv != nil {
+		faults = faultsBinary(t, repo)
 	}
 	c.s3 = s3test.Start(t)
 	admin, err := sql.Open("pgx", pgAdminDSN)
@@ -132,7 +140,7 @@ func startCluster(t testing.TB, nodeEnv map[string][]string, withLocal bool) *cl
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &proc{name: n.name, dataDir: dataDir, addr: fmt.Sprintf("127.0.0.1:%d", port), extraEnv: nodeEnv[n.name]}
+		p := &proc{bin: faults, name: n.name, dataDir: dataDir, addr: fmt.Sprintf("127.0.0.1:%d", port), extraEnv: nodeEnv[n.name]}
 		p.args = append([]string{"serve", "--role", "node", "--data-dir", dataDir, "--node-name", n.name, "--node-addr", p.addr,
 			"--network-prefix", n.name, "--network-cidr", n.cidr, "--run-dir", "/run/warren-" + n.name, "--cgroup-parent", "/warren-" + n.name,
 			"--pool-size", "0", "--envd", c.envd,
@@ -189,7 +197,11 @@ func (c *cluster) start(p *proc, url string) error {
 		return err
 	}
 	p.logPath = f.Name()
-	cmd := exec.Command(c.warren, p.args...)
+	bin := c.warren
+	if p.bin != "" {
+		bin = p.bin
+	}
+	cmd := exec.Command(bin, p.args...)
 	cmd.Env = append(append([]string{}, c.env...), p.extraEnv...)
 	if p.p, err = seckit.StartProc(cmd, f, p.name); err != nil {
 		f.Close()
@@ -270,6 +282,9 @@ func (c *cluster) teardown(t testing.TB) {
 		}
 		if ns := seckit.NetnsWithPrefix(n.name); len(ns) > 0 {
 			t.Errorf("%s left network namespaces: %v", n.name, ns)
+		}
+		for _, dev := range loopDevicesBelow([]string{n.dataDir}) {
+			t.Errorf("%s left a loop device: %s", n.name, dev)
 		}
 		os.RemoveAll(n.dataDir)
 	}
