@@ -201,11 +201,7 @@ func newCluster2(t *testing.T) *cluster2 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The test's clock starts five minutes back: the store dates no
-	// heartbeat after its own clock, and the tests heartbeat "later" on
-	// theirs (a minute at most); a claim in a team's limit (ClaimTTL)
-	// still outlives the test.
-	c := &cluster2{st: st, nodes: map[string]*fakeNode{}, now: time.Now().Add(-5 * time.Minute)}
+	c := &cluster2{st: st, nodes: map[string]*fakeNode{}, now: time.Now()}
 	c.beatAt = c.now
 	for _, name := range []string{"na", "nb"} {
 		f := &fakeNode{name: name, st: st}
