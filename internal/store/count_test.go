@@ -43,8 +43,15 @@ func TestCountSandboxesMatchesList(t *testing.T) {
 			"on nodes":      {Teams: ForTeam("team1"), OnNodes: []string{"n1", "n3"}},
 			"on no node":    {Teams: ForTeam("team1"), OnNodes: []string{}},
 			"or blob store": {Teams: ForTeam("team1"), OnNodes: []string{"n1"}, OrInBlobStore: true},
-			"empty team":    {},
-			"empty team n1": {Node: "n1"},
+			// The blob store keeps no running sandbox: the nodes alone
+			// decide (the count filters its groups by node).
+			"running, or blob store": {Teams: ForTeam("team1"), States: []SandboxState{StateRunning}, OnNodes: []string{"n1", "n3"}, OrInBlobStore: true},
+			"running, no node":       {Teams: ForTeam("team1"), States: []SandboxState{StateRunning}, OnNodes: []string{}, OrInBlobStore: true},
+			"running on nodes":       {Teams: ForTeam("team1"), States: []SandboxState{StateRunning}, OnNodes: []string{"n2"}},
+			"paused, or blob store":  {Teams: ForTeam("team1"), States: []SandboxState{StatePaused}, OnNodes: []string{"n1"}, OrInBlobStore: true},
+			"paused, no node":        {Teams: ForTeam("team1"), States: []SandboxState{StatePaused}, OnNodes: []string{}, OrInBlobStore: true},
+			"empty team":             {},
+			"empty team n1":          {Node: "n1"},
 		} {
 			list := f
 			list.Limit, list.After = 0, nil

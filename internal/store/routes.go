@@ -26,15 +26,37 @@ type RouteStore interface {
 	SandboxRoutes(ctx context.Context, seq int64) (routes []SandboxRoute, next int64, err error)
 }
 
-// nextRouteSeq takes the next route sequence value for the sandbox id in
-// tx, which holds the sequence's row lock until it ends (PostgreSQL;
-// SQLite's write transactions are exclusive): values commit in order.
-func (s *SQL) nextRouteSeq(ctx context.Context, tx *sql.Tx, id string) error {
+// takeRouteSeq takes the next route sequence value in tx, which holds
+// the sequence's row lock until it ends (PostgreSQL; SQLite's write
+// transactions are exclusive): values commit in order. Take it as late
+// in tx as can be: every other route change waits for tx's end.
+func (s *SQL) takeRouteSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var seq int64
-	if err := tx.QueryRowContext(ctx, "UPDATE sandbox_route_seq SET seq = seq + 1 WHERE id = 1 RETURNING seq").Scan(&seq); err != nil {
+	err := tx.QueryRowContext(ctx, takeRouteSeqSQL).Scan(&seq)
+	return seq, err
+}
+
+const takeRouteSeqSQL = "UPDATE sandbox_route_seq SET seq = seq + 1 WHERE id = 1 RETURNING seq"
+
+// routeSeqInsert is PostgreSQL's insert of a sandbox (sandboxColumns,
+// their placeholders marks) that takes the next route sequence value in
+// the same statement.
+func routeSeqInsert(marks string) string {
+	return "WITH seq AS (" + takeRouteSeqSQL + ") INSERT INTO sandboxes (" + sandboxColumns + ", route_seq) VALUES (" + marks + ", (SELECT seq FROM seq))"
+}
+
+// nextRouteSeq takes the next route sequence value for the sandbox id in
+// tx and gives it to the sandbox (takeRouteSeq).
+func (s *SQL) nextRouteSeq(ctx context.Context, tx *sql.Tx, id string) error {
+	if s.d == postgresDialect {
+		_, err := tx.ExecContext(ctx, "WITH seq AS ("+takeRouteSeqSQL+") UPDATE sandboxes SET route_seq = (SELECT seq FROM seq) WHERE id = $1", id)
 		return err
 	}
-	_, err := tx.ExecContext(ctx, s.q("UPDATE sandboxes SET route_seq = ? WHERE id = ?"), seq, id)
+	seq, err := s.takeRouteSeq(ctx, tx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, s.q("UPDATE sandboxes SET route_seq = ? WHERE id = ?"), seq, id)
 	return err
 }
 

@@ -90,7 +90,21 @@ func Open(ctx context.Context, url string) (*SQL, error) {
 	return OpenSQLite(ctx, strings.TrimPrefix(url, "sqlite://"))
 }
 
+// Connections kept open between uses: database/sql keeps 2 by default,
+// and closes every other one when its statement ends, so that a process
+// running more than 2 statements at once (an api under load, a node's
+// heartbeat beside its sandboxes' writes) opened a connection for nearly
+// each one: a PostgreSQL backend started, authenticated and dropped per
+// statement (test/scale counted 1 new connection per create at 32 creates
+// at once). Those past idleConns, or idle for idleConnTime, still close.
+const (
+	idleConns    = 32
+	idleConnTime = 2 * time.Minute
+)
+
 func open(ctx context.Context, db *sql.DB, d dialect, locker lock.SessionLocker) (*SQL, error) {
+	db.SetMaxIdleConns(idleConns)
+	db.SetConnMaxIdleTime(idleConnTime)
 	s := &SQL{db: db, d: d}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
@@ -360,9 +374,7 @@ func (s *SQL) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	if err != nil {
 		return err
 	}
-	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
-	insert := s.q("INSERT INTO sandboxes (" + sandboxColumns + ") VALUES (" + marks + ")")
-	err = s.insertSandbox(ctx, sb, insert, args)
+	err = s.insertSandbox(ctx, sb, args)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: sandbox %s: %w", sb.ID, ErrConflict)
 	}
@@ -375,7 +387,20 @@ func (s *SQL) CreateSandbox(ctx context.Context, sb Sandbox) error {
 // SQLite's write transactions are exclusive), so a concurrent
 // DeleteVolume either sees this sandbox or deletes the volume before the
 // check, which then fails.
-func (s *SQL) insertSandbox(ctx context.Context, sb Sandbox, insert string, args []any) error {
+//
+// On PostgreSQL the sequence's row lock, which every create, pause and
+// resume of the cluster waits for, is held only for the statement that
+// takes it and the commit: the insert takes its value in the same
+// statement (routeSeqInsert), and a sandbox without volumes is that one
+// statement, committed by itself. It once took it with an UPDATE of its
+// own and set it with another before the commit, two round trips to the
+// database with every other create waiting (test/scale measured it).
+func (s *SQL) insertSandbox(ctx context.Context, sb Sandbox, args []any) error {
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
+	if s.d == postgresDialect && len(sb.VolumeMounts) == 0 {
+		_, err := s.db.ExecContext(ctx, s.q(routeSeqInsert(marks)), args...)
+		return err
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -388,10 +413,20 @@ func (s *SQL) insertSandbox(ctx context.Context, sb Sandbox, insert string, args
 			return notFound("volume", m.VolumeID, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
+	if s.d == postgresDialect {
+		if _, err := tx.ExecContext(ctx, s.q(routeSeqInsert(marks)), args...); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	// SQLite has no UPDATE in a WITH; its write transaction is exclusive,
+	// so the order of the two does not matter.
+	seq, err := s.takeRouteSeq(ctx, tx)
+	if err != nil {
 		return err
 	}
-	if err := s.nextRouteSeq(ctx, tx, sb.ID); err != nil {
+	insert := "INSERT INTO sandboxes (" + sandboxColumns + ", route_seq) VALUES (" + marks + ", ?)"
+	if _, err := tx.ExecContext(ctx, insert, append(args, seq)...); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -425,15 +460,16 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, update func(*Sandbox
 	if _, err := tx.ExecContext(ctx, s.q(updateByID("sandboxes", sandboxColumns)), append(args[1:], id)...); err != nil {
 		return Sandbox{}, err
 	}
-	if routeChanged(&before, &sb) {
-		if err := s.nextRouteSeq(ctx, tx, id); err != nil {
-			return Sandbox{}, err
-		}
-	}
 	// The change's lifecycle events (sql_events.go) commit with it, or
 	// not at all.
 	if err := s.insertChanges(ctx, tx, &before, &sb); err != nil {
 		return Sandbox{}, err
+	}
+	// Last: from here to the commit, every other route change waits.
+	if routeChanged(&before, &sb) {
+		if err := s.nextRouteSeq(ctx, tx, id); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	return sb, tx.Commit()
 }
@@ -475,6 +511,12 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 		return fmt.Errorf("store: sandbox %s: %w", id, ErrNotFound)
 	}
 	return nil
+}
+
+// mayBePaused says whether a sandbox f keeps may be paused: only then
+// can OrInBlobStore keep one that OnNodes does not.
+func (f SandboxFilter) mayBePaused() bool {
+	return len(f.States) == 0 || slices.Contains(f.States, StatePaused)
 }
 
 // sandboxWhere is the WHERE terms and arguments of filter f (its
@@ -522,7 +564,9 @@ func (s *SQL) sandboxWhere(f SandboxFilter, paged bool) (where []string, args []
 				args = append(args, n)
 			}
 		}
-		if f.OrInBlobStore {
+		if f.OrInBlobStore && f.mayBePaused() {
+			// Not otherwise: paused_blob is in no index, and the term
+			// alone made the count of running sandboxes read each row.
 			on = append(on, "(state = ? AND paused_blob <> '')")
 			args = append(args, string(StatePaused))
 		}
@@ -586,8 +630,24 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, er
 }
 
 // CountSandboxes counts in SQL, by node: an index of team, state and node
-// answers it without a metadata filter (migration 0025).
+// answers it without a metadata filter (migration 0025). OnNodes, unless
+// OrInBlobStore can keep sandboxes of other nodes, is applied to the
+// counts by node rather than to each sandbox in the query: as a term of
+// the query it is a list of every live node's name, compared with each
+// of the team's sandboxes (test/scale measured the count of 10,000 running
+// sandboxes at 100 nodes 2.5 times slower with it).
 func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]int, error) {
+	var on map[string]bool
+	if f.OnNodes != nil && !(f.OrInBlobStore && f.mayBePaused()) {
+		on = make(map[string]bool, len(f.OnNodes))
+		for _, n := range f.OnNodes {
+			on[n] = true
+		}
+		if len(on) == 0 {
+			return map[string]int{}, nil
+		}
+		f.OnNodes, f.OrInBlobStore = nil, false
+	}
 	where, args, none, err := s.sandboxWhere(f, false)
 	if none || err != nil {
 		return map[string]int{}, err
@@ -607,6 +667,9 @@ func (s *SQL) CountSandboxes(ctx context.Context, f SandboxFilter) (map[string]i
 		var n int
 		if err := rows.Scan(&node, &n); err != nil {
 			return nil, err
+		}
+		if on != nil && !on[node] {
+			continue
 		}
 		out[node] = n
 	}

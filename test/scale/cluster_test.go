@@ -92,6 +92,9 @@ func startPostgres(t testing.TB) *postgres {
 		t.Fatalf("initdb: %v: %s", err, out)
 	}
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c max_connections=400 -c shared_buffers=256MB", dir)
+	if os.Getenv("SCALE_PGSTAT") != "" {
+		opts += " -c shared_preload_libraries=pg_stat_statements -c track_io_timing=on"
+	}
 	if out, err := asPG(filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		t.Fatalf("pg_ctl start: %v: %s\n%s", err, out, log)

@@ -132,11 +132,13 @@ func BenchmarkControlPlane(b *testing.B) {
 	// Creates through the two replicas.
 	var cl latencies
 	ids := make([]string, creates)
+	probe := c.probe(b, "creates")
 	rate := run(b, creates, 32, 2*time.Minute, &cl, func(i int) error {
 		id, err := c.create(i)
 		ids[i] = id
 		return err
 	})
+	probe.end(len(cl.d))
 	b.ReportMetric(rate, "creates/s")
 	b.ReportMetric(ms(cl.pct(0.5)), "create-p50-ms")
 	b.ReportMetric(ms(cl.pct(0.99)), "create-p99-ms")
@@ -144,6 +146,8 @@ func BenchmarkControlPlane(b *testing.B) {
 	// Listing: the first page, filtered, and pages on.
 	listing := func(name, q string, pages int) {
 		var l latencies
+		probe := c.probe(b, name)
+		defer func() { probe.end(len(l.d)) }()
 		run(b, 100, 4, time.Minute, &l, func(i int) error {
 			page := q
 			for range pages {

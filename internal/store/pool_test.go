@@ -1,0 +1,40 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// Statements run at once keep their connections for the next ones: with
+// database/sql's default of 2 idle connections, every statement beyond
+// the second that ran at once closed its connection at its end, and the
+// next one opened a new one (a PostgreSQL backend started per
+// statement under load; test/scale).
+func TestConnectionsOutliveTheirStatements(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		if err := s.CreateTeam(ctx, Team{ID: "team1", Name: "t", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		db := s.(*SQL).db
+		const workers, each = 16, 20
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					if _, err := s.GetTeam(ctx, "team1"); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if st := db.Stats(); st.MaxIdleClosed > 0 {
+			t.Errorf("%d connections closed at their statement's end, %d open (%d statements, %d at once)", st.MaxIdleClosed, st.OpenConnections, workers*each, workers)
+		}
+	})
+}
