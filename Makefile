@@ -46,12 +46,13 @@ vet:
 check: vet
 	$(GO) test -short -count=1 ./...
 
-# The fuzz targets run beside the SDK suite, which mostly waits on
-# sandboxes: one fuzz worker leaves it a core, and the two together take
-# the SDK suite's time instead of the sum. Each one's output comes whole
-# when it ends (--output-sync).
-test: deps build setup vet test-deploy test-go
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-fuzz FUZZ_PARALLEL=1 test-e2e
+# The Go packages, the fuzz targets and the SDK suite run side by side:
+# the Go packages and the SDK suite mostly wait on sandboxes that boot
+# (a run uses about 40 % of the two cores), one fuzz worker leaves them a
+# core, and each suite's servers have their own ranges, prefixes and
+# dirs. Each one's output comes whole when it ends (--output-sync).
+test: deps build setup vet test-deploy
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-go test-fuzz FUZZ_PARALLEL=1 test-e2e
 
 # deploy/: the kustomize manifests render and validate against the vendored
 # Kubernetes schemas, the systemd units verify, and broken copies of both

@@ -27,11 +27,13 @@ import (
 // from a checkpoint with it running) is in the blob store once its
 // build is ready; A is killed
 // with SIGKILL and its data dir wiped; another team cannot start the
-// template by its ID or names; a corrupted layer blob is refused with an
-// answer that says so, and B keeps nothing of it; whole again, the
+// template by its ID or names; a sandbox of the template paused into the
+// store on A resumes on B, which gets the template's layers first; the
 // template starts on B from the store with the file its build step
-// wrote and its start command running (restored, not booted); A, back with its empty data dir, starts it from the store too;
-// deleting the template removes its blobs.
+// wrote and its start command running (restored, not booted); A, back
+// with its empty data dir, refuses a corrupted blob with an answer that
+// says so and keeps nothing of it, then, the blob whole again, starts the
+// template from the store too; deleting the template removes its blobs.
 func TestTemplateOutlivesItsNode(t *testing.T) {
 	c := startCluster(t, nil, false)
 	ctx := context.Background()
@@ -99,8 +101,35 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		}
 	}
 
+	// The sandbox paused on A resumes on B, which gets the template's
+	// layers first.
+	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+paused.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
+		t.Errorf("resuming on B a sandbox of a template only the lost A had: %v %v", r, err)
+	} else if r, err := c.exec(ctx, paused, "cat /home/user/kept /etc/warren-blob-marker"); err != nil || r.stdout != "kept\n"+marker+"\n" {
+		t.Errorf("the resumed sandbox: %+v %v", r, err)
+	}
+	c.call(ctx, c.apiKey, "DELETE", "/sandboxes/"+paused.ID, nil)
+
+	// It starts on B (the image the resume fetched from the store).
+	start := time.Now()
+	sb := c.createFrom(ctx, t, c.apiKey, built.TemplateID)
+	t.Logf("started on B in %s", time.Since(start).Round(time.Millisecond))
+	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.Node != b.name {
+		t.Fatalf("the sandbox: %+v %v (wanted on %s)", rec, err, b.name)
+	}
+	startedOnB := c.checkStarted(ctx, t, sb, marker, "on B")
+
+	// A comes back with its empty data dir (B cordoned).
+	if err := c.start(a, "http://"+a.addr+"/health"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.setNode(ctx, b.name, store.NodeCordoned); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+
 	// A corrupted blob (the largest: the checkpoint) is refused, saying
-	// so; B keeps nothing of it.
+	// so; A keeps nothing of it.
 	layerKey := ""
 	var layerSize int64
 	for k, size := range blobs {
@@ -119,39 +148,13 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 		} else {
 			t.Logf("corrupted blob refused: %s", r)
 		}
-		if left := pullLeftovers(b.dataDir, built.BuildID); len(left) > 0 {
-			t.Errorf("B kept what it fetched of a corrupted blob: %v", left)
+		if left := pullLeftovers(a.dataDir, built.BuildID); len(left) > 0 {
+			t.Errorf("A kept what it fetched of a corrupted blob: %v", left)
 		}
 		c.putObject(ctx, t, mc, layerKey, good)
 	}
 
-	// The sandbox paused on A resumes on B, which gets the template's
-	// layers first.
-	if r, err := c.call(ctx, c.apiKey, "POST", "/sandboxes/"+paused.ID+"/connect", map[string]any{"timeout": 120}); err != nil || r.status != http.StatusCreated {
-		t.Errorf("resuming on B a sandbox of a template only the lost A had: %v %v", r, err)
-	} else if r, err := c.exec(ctx, paused, "cat /home/user/kept /etc/warren-blob-marker"); err != nil || r.stdout != "kept\n"+marker+"\n" {
-		t.Errorf("the resumed sandbox: %+v %v", r, err)
-	}
-	c.call(ctx, c.apiKey, "DELETE", "/sandboxes/"+paused.ID, nil)
-
-	// Whole again, it starts on B, from the store.
-	start := time.Now()
-	sb := c.createFrom(ctx, t, c.apiKey, built.TemplateID)
-	t.Logf("started on B from the store in %s", time.Since(start).Round(time.Millisecond))
-	if rec, err := c.st.GetSandbox(ctx, sb.ID); err != nil || rec.Node != b.name {
-		t.Fatalf("the sandbox: %+v %v (wanted on %s)", rec, err, b.name)
-	}
-	startedOnB := c.checkStarted(ctx, t, sb, marker, "on B")
-
-	// A comes back with its empty data dir, and starts it from the
-	// store too (B cordoned).
-	if err := c.start(a, "http://"+a.addr+"/health"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.setNode(ctx, b.name, store.NodeCordoned); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
+	// Whole again, A starts it from the store.
 	sbA := c.createFrom(ctx, t, c.apiKey, name)
 	if err := c.setNode(ctx, b.name, store.NodeReady); err != nil {
 		t.Fatal(err)
