@@ -44,7 +44,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +51,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/blobstore"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/imagepeer"
+	"github.com/warren-sandbox/warren/internal/keylock"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -89,8 +89,7 @@ type Keeper struct {
 	Temp string
 	Log  *slog.Logger
 
-	mu       sync.Mutex
-	fetching map[string]*sync.Mutex // by build: one fetch at a time
+	fetching keylock.Locks // by build: one fetch at a time
 }
 
 // Record is told of each blob of an image before the blob is stored
@@ -400,20 +399,7 @@ func (k *Keeper) fetchPart(ctx context.Context, team string, p Part, temp func(p
 }
 
 // lock serialises the fetches of one build's image.
-func (k *Keeper) lock(build string) func() {
-	k.mu.Lock()
-	if k.fetching == nil {
-		k.fetching = map[string]*sync.Mutex{}
-	}
-	m := k.fetching[build]
-	if m == nil {
-		m = &sync.Mutex{}
-		k.fetching[build] = m
-	}
-	k.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
+func (k *Keeper) lock(build string) func() { return k.fetching.Lock(build) }
 
 func (k *Keeper) log() *slog.Logger {
 	if k.Log == nil {

@@ -10,10 +10,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/keylock"
 	"github.com/warren-sandbox/warren/internal/layertar"
 )
 
@@ -25,8 +25,7 @@ type Puller struct {
 	// Addr is the internal address of node name.
 	Addr func(ctx context.Context, node string) (string, error)
 
-	mu      sync.Mutex
-	pulling map[string]*sync.Mutex // by image ID: one pull at a time
+	pulling keylock.Locks // by image ID: one pull at a time
 }
 
 // maxRecord bounds an image record's size.
@@ -40,18 +39,7 @@ func (p *Puller) Pull(ctx context.Context, node, id string) error {
 	}
 	// Every request of the pull is signed for node, as an image pull.
 	ctx = cluster.WithTarget(cluster.WithPurpose(ctx, cluster.PurposeImages), node)
-	p.mu.Lock()
-	if p.pulling == nil {
-		p.pulling = map[string]*sync.Mutex{}
-	}
-	m := p.pulling[id]
-	if m == nil {
-		m = &sync.Mutex{}
-		p.pulling[id] = m
-	}
-	p.mu.Unlock()
-	m.Lock()
-	defer m.Unlock()
+	defer p.pulling.Lock(id)()
 	if _, err := p.Images.Template(id); err == nil {
 		return nil // another pull made it meanwhile
 	}

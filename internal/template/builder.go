@@ -61,6 +61,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/buildspec"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/imageblob"
+	"github.com/warren-sandbox/warren/internal/keylock"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -164,9 +165,9 @@ type Builder struct {
 	stop chan struct{}
 	// sandboxes takes sandboxes' snapshots (UseSandboxes); guarded by mu.
 	sandboxes Snapshotter
-	// fetching holds the snapshot fetches from the blob store under way,
-	// by build ID (snapshotblobs.go); guarded by mu.
-	fetching map[string]chan struct{}
+	// fetching serialises the snapshot fetches from the blob store, by
+	// build ID (snapshotblobs.go).
+	fetching keylock.Locks
 	// imageBlobs keeps built images in the blob store (UseBlobStore);
 	// guarded by mu.
 	imageBlobs *imageblob.Keeper

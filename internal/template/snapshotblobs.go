@@ -152,30 +152,7 @@ func (b *Builder) fetchSnapshot(ctx context.Context, sb snapshotBlobs, teamID, d
 }
 
 // lockFetch serialises the fetches of one build's snapshot.
-func (b *Builder) lockFetch(buildID string) (unlock func()) {
-	b.mu.Lock()
-	if b.fetching == nil {
-		b.fetching = map[string]chan struct{}{}
-	}
-	for {
-		ch, busy := b.fetching[buildID]
-		if !busy {
-			break
-		}
-		b.mu.Unlock()
-		<-ch
-		b.mu.Lock()
-	}
-	ch := make(chan struct{})
-	b.fetching[buildID] = ch
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		delete(b.fetching, buildID)
-		b.mu.Unlock()
-		close(ch)
-	}
-}
+func (b *Builder) lockFetch(buildID string) (unlock func()) { return b.fetching.Lock(buildID) }
 
 // snapshotBlobsOf reads the blob records of a template's builds before
 // it is deleted (the delete removes them).
