@@ -67,21 +67,14 @@ func crashAtEveryStep(t *testing.T, c *cluster) {
 	// three unsent.
 	r, err := c.exec(ctx, sb, `echo kept-through-crashes > /home/user/note.txt
 head -c 100M /dev/urandom > /dev/shm/ballast
-cat > /tmp/counter.sh <<'EOF2'
-n=0
-trap 'echo "$n" > /tmp/count' USR1
-while :; do n=$((n+1)); sleep 0.05; done
-EOF2
-nohup sh /tmp/counter.sh >/dev/null 2>&1 &
-echo $! > /tmp/counter.pid
-sleep 0.5; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
+`+startCounter)
 	if err != nil || r.exit != 0 {
 		t.Fatalf("setting up the sandbox: %v %+v", err, r)
 	}
 	before := atoi(strings.TrimSpace(r.stdout))
 	intact := func(where string) {
 		t.Helper()
-		r, err := c.exec(ctx, sb, `cat /home/user/note.txt; kill -0 $(cat /tmp/counter.pid) && echo alive; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
+		r, err := c.exec(ctx, sb, readCounter("/home/user/note.txt"))
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		if err != nil || r.exit != 0 || len(lines) != 3 || lines[0] != "kept-through-crashes" || lines[1] != "alive" || atoi(lines[2]) <= before {
 			t.Fatalf("%s: %v %q (the counter was %d before)", where, err, r.stdout, before)

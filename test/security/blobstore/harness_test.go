@@ -384,3 +384,35 @@ func (c *cluster) exec(ctx context.Context, sb sandbox, script string) (result, 
 	r, err := seckit.Exec(ctx, c.proxyURL(), sb.ID, sb.EnvdToken, script)
 	return result{stdout: r.Stdout, exit: r.Exit}, err
 }
+
+// The counter a suite starts in a sandbox: a process whose state lives
+// in its memory only, written out on SIGUSR1, so that a resume shows
+// whether the memory was restored (it goes on from where it was) or the
+// sandbox booted anew. startCounter waits until the trap is set (a
+// signal before it would kill the shell) and prints the first count;
+// readCounter prints the file, whether the counter is alive and its
+// count now, each waited for (a loaded host runs the trap late), not
+// slept for.
+const (
+	startCounter = `cat > /tmp/counter.sh <<'EOF2'
+n=0
+trap 'echo "$n" > /tmp/count' USR1
+: > /tmp/counter.ready
+while :; do n=$((n+1)); sleep 0.05; done
+EOF2
+rm -f /tmp/count /tmp/counter.ready
+nohup sh /tmp/counter.sh >/dev/null 2>&1 &
+echo $! > /tmp/counter.pid
+for i in $(seq 400); do [ -e /tmp/counter.ready ] && break; sleep 0.05; done
+sleep 0.2
+` + signalCounter
+	signalCounter = `rm -f /tmp/count; kill -USR1 $(cat /tmp/counter.pid)
+for i in $(seq 400); do [ -s /tmp/count ] && break; sleep 0.05; done
+cat /tmp/count`
+)
+
+// readCounter is the script that prints file's content, "alive" if the
+// counter runs, and its count.
+func readCounter(file string) string {
+	return "cat " + file + "; kill -0 $(cat /tmp/counter.pid) && echo alive; " + signalCounter
+}

@@ -52,15 +52,7 @@ func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 	sb := c.createOn(ctx, t, a.name)
 	// A file, and a process whose state lives in its memory only: a
 	// counter it writes out on SIGUSR1, started before the pauses.
-	r, err := c.exec(ctx, sb, `echo kept-across-nodes > /home/user/note.txt
-cat > /tmp/counter.sh <<'EOF2'
-n=0
-trap 'echo "$n" > /tmp/count' USR1
-while :; do n=$((n+1)); sleep 0.05; done
-EOF2
-nohup sh /tmp/counter.sh >/dev/null 2>&1 &
-echo $! > /tmp/counter.pid
-sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
+	r, err := c.exec(ctx, sb, "echo kept-across-nodes > /home/user/note.txt\n"+startCounter)
 	if err != nil || r.exit != 0 {
 		t.Fatalf("setting up the sandbox: %v %+v", err, r)
 	}
@@ -69,7 +61,7 @@ sleep 1; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
 	// from where it was (its memory was restored, not booted anew).
 	counted := func(where string) {
 		t.Helper()
-		r, err := c.exec(ctx, sb, `cat /home/user/note.txt; kill -0 $(cat /tmp/counter.pid) && echo alive; kill -USR1 $(cat /tmp/counter.pid); sleep 0.3; cat /tmp/count`)
+		r, err := c.exec(ctx, sb, readCounter("/home/user/note.txt"))
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		if err != nil || r.exit != 0 || len(lines) != 3 || lines[0] != "kept-across-nodes" || lines[1] != "alive" || atoi(lines[2]) <= before {
 			t.Fatalf("%s: %v %q (the counter was %d before)", where, err, r.stdout, before)
