@@ -100,10 +100,14 @@ bench-scale: deps
 CHAOS_DURATION ?= 600
 CHAOS_EVERY ?= 30
 CHAOS_FAULTS ?= kill-node,cut-link,kill-api,kill-runsc,fill-disk,skew-clock,kill-postgres
+# The run's processes start from a copy of bin/ taken at its start: a
+# rebuild meanwhile must not change the binary a restarted node runs.
 chaos: deps build setup
 	scripts/sweep-test-leftovers.sh
-	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error && \
-	  node chaos/chaos.mjs --duration $(CHAOS_DURATION) --every $(CHAOS_EVERY) --faults $(CHAOS_FAULTS)
+	cd test/e2e && npm ci --no-audit --no-fund --loglevel=error
+	bin=$$(mktemp -d /tmp/warren-chaos-bin-XXXXXX) && cp bin/warren bin/envd bin/mcp-gateway $$bin/ && \
+	  (cd test/e2e && WARREN_BINARY=$$bin/warren node chaos/chaos.mjs --duration $(CHAOS_DURATION) --every $(CHAOS_EVERY) --faults $(CHAOS_FAULTS)); \
+	  rc=$$?; rm -rf $$bin; exit $$rc
 
 # Starts the platform on 127.0.0.1 (API :3000, sandbox proxy :3002 and,
 # with TLS, :443) and prints the exports the E2B SDK needs. Ctrl-C stops

@@ -197,9 +197,12 @@ export async function runChaos({ durationS = 120, everyS = 20, schedule = faults
         sbx.set(child.sandboxId, { id: child.sandboxId, node: c.nodeOf(child.sandboxId), state: 'running', files: new Map(s.files), network: s.network })
       }),
       kill: (i) => withFree([...live(), ...paused()], async (s) => {
-        await Sandbox.kill(s.id, optsOf(i))
+        // false: it was gone already (a 404), removed by something the
+        // load did not see, which a later check reports.
+        const removed = await Sandbox.kill(s.id, optsOf(i))
         s.state = 'killed'
-        s.killAcked = true
+        if (removed) s.killAcked = true
+        else stats.goneBeforeKill = [...(stats.goneBeforeKill || []), s.id]
       }),
     }
     const mix = ['create', 'create', 'command', 'command', 'file', 'file', 'volume', 'pause', 'resume', 'fork', 'kill', 'egress', 'build']
@@ -568,6 +571,7 @@ export function report({ results, stats, faultLog }, log = console.log) {
     log(`  ${f.fault} (${f.target}): ${rows.length ? `errors until ${((last - f.start) / 1000).toFixed(1)} s after its start` : 'no errors'}`)
     for (const [k, n] of rows) log(`    x${n} ${k}`)
   }
+  if (stats.goneBeforeKill?.length) log(`\nSandboxes already gone when the load killed them (404): ${stats.goneBeforeKill.join(' ')}`)
   log('\nSandboxes a fault took (their last answer):')
   for (const [id, what] of Object.entries(stats.faulted)) log(`  ${id}: ${what}`)
   log('\nInvariants:')
