@@ -15,7 +15,7 @@ const sandboxes = []
 
 beforeAll(async () => {
   hosts = await startEgressHosts({ prefix: 'e14' })
-  w = await startWarren({ instance: 'egr', net16: 124, poolSize: 1, extraArgs: warrenArgs() })
+  w = await startWarren({ instance: 'egr', net16: 173, poolSize: 1, extraArgs: warrenArgs() })
   // The relying party on web1 trusts this Warren's identity keys.
   await writeFile(hosts.JWKSFile, `${w.apiUrl}/.well-known/jwks.json`)
 }, 240_000)
@@ -376,7 +376,7 @@ describe('persistence', () => {
     const dataDir = w.dataDir
     await w.stop()
     w = await startWarren({
-      dataDir, instance: 'egr', net16: 124, poolSize: 1, extraArgs: warrenArgs(),
+      dataDir, instance: 'egr', net16: 173, poolSize: 1, extraArgs: warrenArgs(),
     })
     const again = await Sandbox.connect(sbx.sandboxId, opts())
     await reaches(again, 'http://api.example.test/', 'web1')

@@ -13,7 +13,7 @@ afterAll(async () => {
 })
 
 test('running sandboxes survive a restart of warren serve', async () => {
-  w = await startWarren({ instance: 'rst', net16: 127, poolSize: 0 })
+  w = await startWarren({ instance: 'rst', net16: 175, poolSize: 0 })
   const dataDir = w.dataDir
   const opts = () => ({ apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiKey })
   const sbx = await Sandbox.create({ ...opts(), metadata: { keep: 'me' } })
@@ -22,7 +22,7 @@ test('running sandboxes survive a restart of warren serve', async () => {
   const before = await Sandbox.getInfo(sbx.sandboxId, opts())
 
   await w.stop()
-  w = await startWarren({ dataDir, instance: 'rst', net16: 127, poolSize: 0 })
+  w = await startWarren({ dataDir, instance: 'rst', net16: 175, poolSize: 0 })
 
   const listed = await Sandbox.list({ ...opts(), query: { metadata: { keep: 'me' } } }).nextItems()
   expect(listed.map((s) => s.sandboxId)).toEqual([sbx.sandboxId])

@@ -12,7 +12,7 @@ const opts = () => ({ apiUrl: w.apiUrl, sandboxUrl: w.sandboxUrl, apiKey: w.apiK
 const volOpts = () => ({ ...opts(), headers: {} })
 
 beforeAll(async () => {
-  w = await startWarren({ instance: 'vol', net16: 125, poolSize: 0, extraArgs: ['--volume-quota', '64'] })
+  w = await startWarren({ instance: 'vol', net16: 174, poolSize: 0, extraArgs: ['--volume-quota', '64'] })
   process.env.E2B_VOLUME_API_URL = w.apiUrl
 })
 
@@ -56,7 +56,7 @@ test('volumes and their mounts survive a restart of warren serve', async () => {
 
   const dataDir = w.dataDir
   await w.stop()
-  w = await startWarren({ dataDir, instance: 'vol', net16: 125, poolSize: 0, extraArgs: ['--volume-quota', '64'] })
+  w = await startWarren({ dataDir, instance: 'vol', net16: 174, poolSize: 0, extraArgs: ['--volume-quota', '64'] })
   process.env.E2B_VOLUME_API_URL = w.apiUrl
 
   expect(await Volume.getInfo(vol.volumeId, opts())).toMatchObject({ name: 'kept', token: vol.token })
