@@ -403,6 +403,11 @@ class BashShell:
             self.proc.wait()
 
     def interrupt(self):
+        # Only a running cell is interrupted: the server's repeats of an
+        # interrupt can reach this bridge after the cell ended, and must
+        # not land in the next one.
+        if self.current is None:
+            return
         os.killpg(os.getpgid(0), signal.SIGINT)
 
     def died(self):
@@ -495,17 +500,71 @@ class NodeShell(BashShell):
     output is relayed, marked and interrupted like a bash context's; the
     cell's value or exception comes back in a file."""
 
+    # Node dies of a SIGINT that lands while vm.runInContext swaps its
+    # handlers (between removing the process's listeners and starting its
+    # watchdog, and between stopping the watchdog and putting them back):
+    # there SIGINT is the default action, or Node's own exit. So a context
+    # gets at most one SIGINT per cell, and only once jsrunner said, on its
+    # status pipe, that the cell runs ("r <marker>"; "d <marker>" when it
+    # returned), 0.1 s after that word, when the watchdog is long up. An
+    # interrupt that comes before is held until then; one that comes after
+    # the cell's run (an awaited promise: SIGINT could not stop it anyway)
+    # is dropped, and the server's drain timeout ends the context.
+    signal_delay = 0.1
+
     def start(self):
         runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jsrunner.js")
+        status_r, status_w = os.pipe()
         self.proc = subprocess.Popen(
-            ["node", runner, self.language],
+            ["node", runner, self.language, str(status_w)],
             cwd=self.cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(status_w,),
         )
+        os.close(status_w)
         for pipe, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
             threading.Thread(target=self.relay, args=(pipe, name), daemon=True).start()
+        threading.Thread(target=self.read_status, args=(os.fdopen(status_r, "rb"),), daemon=True).start()
+
+    def read_status(self, pipe):
+        for line in pipe:
+            word, _, marker = line.strip().partition(b" ")
+            with self.lock:
+                cell = self.current
+                if cell is None or cell["marker"] != marker:
+                    continue
+                if word == b"r":
+                    cell["running"] = time.monotonic()
+                    if cell.get("wanted"):
+                        self.signal_later(cell)
+                elif word == b"d":
+                    cell["running"] = None
+
+    def interrupt(self):
+        with self.lock:
+            cell = self.current
+            if cell is None or cell.get("wanted"):
+                return
+            cell["wanted"] = True
+            if cell.get("running"):
+                self.signal_later(cell)
+
+    def signal_later(self, cell):
+        """Sends the cell its SIGINT once it has run signal_delay, if it
+        still runs then. Called with self.lock held."""
+        wait = cell["running"] + self.signal_delay - time.monotonic()
+
+        def send():
+            with self.lock:
+                if self.current is cell and cell.get("running"):
+                    os.killpg(os.getpgid(0), signal.SIGINT)
+
+        if wait > 0:
+            threading.Timer(wait, send).start()
+        else:
+            os.killpg(os.getpgid(0), signal.SIGINT)
 
     def set_sandbox_env(self, env):
         self.pending_env = dict(getattr(self, "pending_env", {}), **env)

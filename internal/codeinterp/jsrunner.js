@@ -1,5 +1,5 @@
 // Warren's JavaScript and TypeScript contexts: one long-lived Node process
-// per context, driven by bridge.py (argv: [typescript]). Each stdin line is a JSON request
+// per context, driven by bridge.py (argv: [typescript] [status fd]). Each stdin line is a JSON request
 // {path, marker, out, env, sandbox_env}: the cell's code is run in one
 // persistent vm context (its globals and top-level declarations carry
 // over), its value (awaited when it is a promise) or its exception is
@@ -66,6 +66,13 @@ function compile(code) {
 
 process.on('SIGINT', () => {}) // an interrupt is for the cell, not this process
 
+// The bridge's status pipe: "r <marker>" when a cell's code starts to run
+// (its SIGINT may come now), "d <marker>" when it returned.
+const statusFd = process.argv[3] === undefined ? -1 : Number(process.argv[3])
+function status(word, marker) {
+  if (statusFd >= 0) fs.writeSync(statusFd, word + ' ' + marker + '\n')
+}
+
 function report(out, res) {
   fs.writeFileSync(out, JSON.stringify(res))
 }
@@ -79,7 +86,13 @@ async function run(req) {
   }
   try {
     const code = compile(fs.readFileSync(req.path, 'utf8'))
-    let value = vm.runInContext(code, context, { filename: typescript ? 'cell.ts' : 'cell.js', breakOnSigint: true })
+    let value
+    status('r', req.marker)
+    try {
+      value = vm.runInContext(code, context, { filename: typescript ? 'cell.ts' : 'cell.js', breakOnSigint: true })
+    } finally {
+      status('d', req.marker)
+    }
     if (value && typeof value.then === 'function') value = await value
     if (value !== undefined) res.text = util.inspect(value, { depth: 4 })
   } catch (e) {

@@ -664,3 +664,51 @@ func TestRCells(t *testing.T) {
 		t.Errorf("a data.frame: %v", x.events)
 	}
 }
+
+// Interrupts sent at any moment, between cells and many times while one
+// runs (a client that gives up, the server's repeats), end a JavaScript
+// cell and never its context: Node dies of a SIGINT that lands while the
+// vm swaps its handlers, just before or after the cell's code runs.
+func TestInterruptsNeverKillAJavaScriptContext(t *testing.T) {
+	s, hs := newTestServer(t, nil)
+	js := func(c string) execution {
+		return run(t, hs, map[string]any{"code": c, "language": "js"})
+	}
+	if x := js("globalThis.alive = 'yes'"); len(x.of("error")) != 0 {
+		t.Fatalf("first cell: %v", x.events)
+	}
+	c, err := s.defaultContext("javascript")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	k := c.k
+	c.mu.Unlock()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+				k.interrupt()
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for i := 0; i < 20; i++ {
+		x := js("while (true) {}")
+		if e := x.of("error"); len(e) != 1 || !strings.Contains(e[0].str("value"), "interrupted") {
+			t.Fatalf("cell %d: %v", i, x.events)
+		}
+	}
+	if got := js("alive").text(); !strings.Contains(got, "yes") {
+		t.Errorf("after the interrupts: %q, want 'yes' (one context throughout)", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +18,15 @@ import (
 // clusterSetup is an api's Forwarder in front of node "n1" (the cluster's
 // authentication both ways), whose own Proxy reaches upstream as sandbox
 // sbx1. purposes records the purpose each request reached the node with.
+// testLogWriter sends a logger's lines to the test's log: why the
+// forwarder answered 502 shows in a failure.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
 func clusterSetup(t *testing.T, upstream http.Handler) (fwdURL string, port int, purposes func() []cluster.Purpose) {
 	t.Helper()
 	up := httptest.NewServer(upstream)
@@ -49,6 +59,7 @@ func clusterSetup(t *testing.T, upstream http.Handler) (fwdURL string, port int,
 		SignedBy:         func(func(string) bool) (string, error) { return "", ErrNotFound },
 		Transport:        auth.Transport(nil),
 		ClientAddrHeader: "Warren-Client-Addr",
+		Logger:           slog.New(slog.NewTextHandler(testLogWriter{t}, nil)),
 	})
 	fs := httptest.NewServer(f)
 	t.Cleanup(fs.Close)

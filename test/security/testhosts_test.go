@@ -143,16 +143,6 @@ func (h *testHosts) startPub() error {
 	return nil
 }
 
-// isGateway tells whether ip is the host's end of a test host's veth.
-func (h *testHosts) isGateway(ip string) bool {
-	for _, th := range h.all() {
-		if th != nil && th.Gateway.String() == ip {
-			return true
-		}
-	}
-	return false
-}
-
 // accepted is how many connections the test hosts' servers (but the
 // resolver's port 53) have accepted.
 func (h *testHosts) accepted() int64 {
