@@ -43,32 +43,45 @@ func (d dialect) goose() goose.Dialect {
 	return goose.DialectSQLite3
 }
 
-// migrateEmbedded applies the migrations built into the binary.
+// migrateEmbedded applies the migrations built into the binary: the SQL
+// files and the Go migrations of dialect d.
 func migrateEmbedded(ctx context.Context, db *sql.DB, d dialect, locker lock.SessionLocker) error {
 	files, err := fs.Sub(embeddedMigrations, "migrations")
 	if err != nil {
 		return err
 	}
-	return migrate(ctx, db, d, files, locker)
+	return migrate(ctx, db, d, files, locker, goMigrations(d)...)
 }
 
-// migrate applies the migrations in files (at its root) that the
-// database has not recorded, holding locker so that several processes
-// opening one database at once apply each migration once. A new
-// migration takes a number above every one before it: goose refuses a
-// file numbered below the version a database already has (the gaps in
-// the numbering are branches' numbers that were renumbered at merge).
-func migrate(ctx context.Context, db *sql.DB, d dialect, files fs.FS, locker lock.SessionLocker) error {
+// goMigrations are the migrations whose SQL differs between the two
+// databases (triggers), numbered in the sequence of migrations/*.sql.
+// Made afresh for each run: goose keeps state in them.
+func goMigrations(d dialect) []*goose.Migration {
+	return []*goose.Migration{sandboxCountsMigration(d)}
+}
+
+// migrate applies the migrations in files (at its root) and the Go
+// migrations code that the database has not recorded, holding locker so
+// that several processes opening one database at once apply each
+// migration once. A new migration takes a number above every one before
+// it: goose refuses a file numbered below the version a database already
+// has (the gaps in the numbering are branches' numbers that were
+// renumbered at merge), and a file and a Go migration of one number.
+func migrate(ctx context.Context, db *sql.DB, d dialect, files fs.FS, locker lock.SessionLocker, code ...*goose.Migration) error {
 	if err := prepareVersionTable(ctx, db, d); err != nil {
 		return fmt.Errorf("store: migration versions: %w", err)
 	}
 	p, err := goose.NewProvider(d.goose(), db, files,
-		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
+		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(code...))
 	if err != nil {
 		return fmt.Errorf("store: migrations: %w", err)
 	}
 	results, err := p.Up(ctx)
 	for _, r := range results {
+		if r.Source.Type == goose.TypeGo {
+			slog.Info("store: applied migration", "version", r.Source.Version, "go", true)
+			continue
+		}
 		slog.Info("store: applied migration", "version", r.Source.Version, "file", path.Base(r.Source.Path))
 	}
 	if err != nil {

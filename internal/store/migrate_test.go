@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,8 +69,21 @@ func (b blankDatabase) open(ctx context.Context) (*SQL, error) {
 	return OpenSQLite(ctx, b.url)
 }
 
-// embeddedVersions are the versions of the migrations built in.
+// embeddedVersions are the versions of the migrations built in: the SQL
+// files' and the Go migrations' (the same numbers on both databases), in
+// order.
 func embeddedVersions(t *testing.T) []int64 {
+	t.Helper()
+	out := fileVersions(t)
+	for _, m := range goMigrations(sqliteDialect) {
+		out = append(out, m.Version)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fileVersions are the versions of the SQL files built in, in order.
+func fileVersions(t *testing.T) []int64 {
 	t.Helper()
 	names, err := fs.Glob(embeddedMigrations, "migrations/*.sql")
 	if err != nil || len(names) == 0 {
@@ -77,18 +91,25 @@ func embeddedVersions(t *testing.T) []int64 {
 	}
 	var out []int64
 	for _, name := range names {
-		v, err := strconv.ParseInt(strings.SplitN(filepath.Base(name), "_", 2)[0], 10, 64)
-		if err != nil {
-			t.Fatalf("migration %s: %v", name, err)
-		}
-		out = append(out, v)
+		out = append(out, fileVersion(t, name))
 	}
 	return out
 }
 
+// fileVersion is the version of the migration file name.
+func fileVersion(t *testing.T, name string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(strings.SplitN(filepath.Base(name), "_", 2)[0], 10, 64)
+	if err != nil {
+		t.Fatalf("migration %s: %v", name, err)
+	}
+	return v
+}
+
 // migrateLikeOldRunner does what the runner before goose did: in one
-// transaction, apply the embedded migrations up to version upTo, each
-// split on ';', and record each in schema_migrations.
+// transaction, apply the embedded SQL files up to version upTo, each
+// split on ';', and record each in schema_migrations. (It knew no Go
+// migrations: the first came after it.)
 func migrateLikeOldRunner(t *testing.T, db *sql.DB, d dialect, upTo int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -101,8 +122,8 @@ func migrateLikeOldRunner(t *testing.T, db *sql.DB, d dialect, upTo int64) {
 		t.Fatal(err)
 	}
 	names, _ := fs.Glob(embeddedMigrations, "migrations/*.sql")
-	for i, name := range names {
-		version := embeddedVersions(t)[i]
+	for _, name := range names {
+		version := fileVersion(t, name)
 		if version > upTo {
 			break
 		}
@@ -210,7 +231,7 @@ func testAdoptOldRunner(t *testing.T, b blankDatabase, upTo, last int64) {
 	next := last + 1
 	files := withMigration(t, fmt.Sprintf("%04d_team_note.sql", next),
 		"-- +goose Up\nALTER TABLE teams ADD COLUMN note TEXT NOT NULL DEFAULT 'none';\n")
-	if err := migrate(ctx, b.db, b.d, files, b.locker()); err != nil {
+	if err := migrate(ctx, b.db, b.d, files, b.locker(), goMigrations(b.d)...); err != nil {
 		t.Fatalf("migrating a database of the old runner: %v", err)
 	}
 
@@ -238,7 +259,7 @@ func testAdoptOldRunner(t *testing.T, b blankDatabase, upTo, last int64) {
 		t.Errorf("goose versions = %v, want %v (each once)", got, want)
 	}
 	var legacy []int64
-	for _, v := range embeddedVersions(t) {
+	for _, v := range fileVersions(t) {
 		if v <= upTo {
 			legacy = append(legacy, v)
 		}

@@ -37,8 +37,9 @@
 //     TABLE ... ADD COLUMN ... NOT NULL a DEFAULT (SQLite requires one),
 //     and rebuild a table rather than altering a constraint (SQLite
 //     cannot). SQL that must differ between the two belongs in a Go
-//     migration (goose.NewGoMigration, passed with goose.WithGoMigrations
-//     in migrate) that checks the dialect.
+//     migration (goose.NewGoMigration) that checks the dialect, listed in
+//     goMigrations (migrate.go) and numbered in the files' sequence: 0031,
+//     the triggers keeping sandbox_counts (sandbox_counts.go), is one.
 //   - Never edit a migration once it is on main: databases have run it.
 //   - Run the store tests: TestFreshDatabaseGetsEveryMigration applies
 //     every file on both databases and checks each is recorded.
