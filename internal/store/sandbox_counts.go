@@ -18,7 +18,8 @@ import (
 // A row exists only while its count is above zero. The counts are kept
 // by triggers, not by the Go code that writes sandboxes, so that no write
 // (this package's, an operator's SQL, a future statement) can make them
-// drift; their SQL differs between the databases, hence a Go migration.
+// drift (on PostgreSQL a TRUNCATE of sandboxes empties the counts too);
+// their SQL differs between the databases, hence a Go migration.
 // The table is filled from the rows there, after the triggers are in
 // place and with writers to sandboxes locked out (PostgreSQL), so that no
 // write falls between the two.
@@ -105,6 +106,14 @@ END $$`,
     EXECUTE FUNCTION sandbox_counts_follow()`,
 	`CREATE CONSTRAINT TRIGGER sandbox_counts_delete AFTER DELETE ON sandboxes
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sandbox_counts_follow()`,
+	// TRUNCATE fires no row trigger (SQLite has none).
+	`CREATE FUNCTION sandbox_counts_clear() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM sandbox_counts;
+    RETURN NULL;
+END $$`,
+	`CREATE TRIGGER sandbox_counts_truncate AFTER TRUNCATE ON sandboxes
+    FOR EACH STATEMENT EXECUTE FUNCTION sandbox_counts_clear()`,
 	sandboxCountsFill,
 }
 

@@ -82,7 +82,8 @@ func changeState(s Store, id string, st SandboxState) error {
 
 // The counts kept per team, state and node equal a COUNT(*) of sandboxes
 // after creates, pauses, resumes, kills, takeovers (a node change), a
-// change of team, deletes and updates that change none of the three.
+// change of team, deletes, updates that change none of the three, and
+// (PostgreSQL) a TRUNCATE.
 func TestSandboxCountsFollowWrites(t *testing.T) {
 	forEach(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
@@ -172,6 +173,12 @@ func TestSandboxCountsFollowWrites(t *testing.T) {
 			}
 		}
 		checkCounts(t, s, "deletes")
+		if s.(*SQL).d == postgresDialect {
+			if _, err := s.(*SQL).db.Exec("TRUNCATE sandboxes"); err != nil {
+				t.Fatal(err)
+			}
+			checkCounts(t, s, "TRUNCATE")
+		}
 		for i := 0; i < 30; i++ {
 			s.DeleteSandbox(ctx, fmt.Sprintf("sb%02d", i))
 		}
