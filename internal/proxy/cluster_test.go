@@ -57,7 +57,7 @@ func clusterSetup(t *testing.T, upstream http.Handler) (fwdURL string, port int,
 			return "n1", strings.TrimPrefix(node.URL, "http://"), nil
 		},
 		SignedBy:         func(func(string) bool) (string, error) { return "", ErrNotFound },
-		Transport:        auth.Transport(nil),
+		Transport:        auth.Transport(NewTransport()), // as internal/server does
 		ClientAddrHeader: "Warren-Client-Addr",
 		Logger:           slog.New(slog.NewTextHandler(testLogWriter{t}, nil)),
 	})

@@ -160,11 +160,14 @@ const (
 	authFailureBurst = 20
 )
 
-// NewTransport returns a transport suited to one sandbox's traffic.
+// NewTransport returns a transport suited to sandbox traffic: one
+// sandbox's, or an api's to the nodes (wrapped in cluster.Auth.Transport).
+// An answer that comes before the request body was sent wins over the
+// failed write of the rest (answerfirst.go).
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialContext:         dialAnswerFirst((&net.Dialer{Timeout: 5 * time.Second}).DialContext),
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,

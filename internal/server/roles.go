@@ -125,7 +125,9 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 	printCredentials(out, creds)
 	webhooks, stopWebhooks := startWebhooks(ctx, cfg, st, cl.sealer, met, log)
 	defer stopWebhooks()
-	// One pool of connections to the nodes, for calls and forwarded traffic.
+	// Connections to the nodes: one pool for calls, one for the sandbox
+	// traffic forwarded to them, whose answers may come before its
+	// request bodies were sent (proxy.NewTransport).
 	nodeTransport := noderpc.NewTransport(cl.auth)
 	disp, err := dispatch.New(dispatch.Config{Store: st, Transport: nodeTransport, LostAfter: cfg.LostAfter, PlacementTimeout: cfg.PlacementTimeout,
 		MaxPerTeam: cfg.MaxPerTeam, Logger: log})
@@ -149,7 +151,7 @@ func runAPI(ctx context.Context, cfg Config, cl *clusterParts, log *slog.Logger,
 		JWKS: clusterJWKS(st), IdentityIssuer: issuer(cfg),
 	})), api.Timeouts{})
 	proxyHandler := met.Proxy(proxy.NewForwarder(proxy.ForwardConfig{Domain: cfg.Domain, Locate: disp.Locate, SignedBy: disp.SignedBy,
-		Transport: nodeTransport, ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
+		Transport: cl.auth.Transport(proxy.NewTransport()), ClientAddrHeader: noderpc.ClientAddrHeader, Logger: log}))
 	srvs, certs, err := publicServers(cfg, st, cl.sealer, ls, apiSrv, proxyHandler)
 	if err != nil {
 		return err
