@@ -38,3 +38,38 @@ func TestConnectionsOutliveTheirStatements(t *testing.T) {
 		}
 	})
 }
+
+// A burst of statements past the bound waits for a connection: none
+// fails and PostgreSQL never sees more than maxPostgresConns of this
+// process's (without the bound, 96 statements at once opened 96
+// connections, and past max_connections PostgreSQL refused them).
+func TestPostgresConnectionsAreBounded(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store) {
+		db := s.(*SQL).db
+		if s.(*SQL).d != postgresDialect {
+			return // SQLite has its own bound (one writer)
+		}
+		ctx := context.Background()
+		const burst = 3 * maxPostgresConns
+		var wg sync.WaitGroup
+		errs := make(chan error, burst)
+		for range burst {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := db.ExecContext(ctx, "SELECT pg_sleep(0.2)")
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := db.Stats(); st.MaxOpenConnections != maxPostgresConns || st.OpenConnections > maxPostgresConns || st.WaitCount == 0 {
+			t.Errorf("pool after %d statements at once: %d open (bound %d), %d waited", burst, st.OpenConnections, st.MaxOpenConnections, st.WaitCount)
+		}
+	})
+}

@@ -78,6 +78,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*SQL, error) {
 		db.Close()
 		return nil, err
 	}
+	db.SetMaxOpenConns(maxPostgresConns)
 	return open(ctx, db, postgresDialect, locker)
 }
 
@@ -97,9 +98,20 @@ func Open(ctx context.Context, url string) (*SQL, error) {
 // each one: a PostgreSQL backend started, authenticated and dropped per
 // statement (test/scale counted 1 new connection per create at 32 creates
 // at once). Those past idleConns, or idle for idleConnTime, still close.
+//
+// And at most maxPostgresConns open at once: a burst of statements (500
+// creates offered in a second, test/scale) waits for a connection instead
+// of opening one each until PostgreSQL refuses ("too many clients",
+// answered 500), and then refuses every process of the cluster, whose
+// heartbeats stop. A cluster of N processes needs max_connections of at
+// least 32·N plus PostgreSQL's reserved ones (docs/cluster.md). No
+// statement of this package waits for a second connection while it holds
+// one (a transaction's callbacks only change the record), so the bound
+// cannot deadlock the pool.
 const (
-	idleConns    = 32
-	idleConnTime = 2 * time.Minute
+	idleConns        = 32
+	idleConnTime     = 2 * time.Minute
+	maxPostgresConns = 32
 )
 
 func open(ctx context.Context, db *sql.DB, d dialect, locker lock.SessionLocker) (*SQL, error) {

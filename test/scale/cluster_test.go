@@ -17,6 +17,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -334,12 +335,14 @@ func newSimCluster(t testing.TB, cfg simConfig) *simCluster {
 			s.Close()
 		}
 	})
+	// A failed request's cause goes to the test's output.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for range cfg.APIs {
-		d, err := dispatch.New(dispatch.Config{Store: st, Transport: noderpc.NewTransport(ca)})
+		d, err := dispatch.New(dispatch.Config{Store: st, Transport: noderpc.NewTransport(ca), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewServer(api.New(api.Config{Store: st, Sandboxes: d, ClientID: "api"}))
+		srv := httptest.NewServer(api.New(api.Config{Store: st, Sandboxes: d, ClientID: "api", Logger: log}))
 		t.Cleanup(srv.Close)
 		c.apis = append(c.apis, srv)
 		c.disps = append(c.disps, d)
