@@ -1,6 +1,10 @@
 package rootfs
 
-import "os"
+import (
+	"context"
+	"os"
+	"time"
+)
 
 // What other packages keeping ext4 images on loop devices use of this
 // one's (internal/volume: a volume with a quota is such an image).
@@ -18,3 +22,12 @@ func AttachLoop(f *os.File) (*os.File, error) { return attachLoop(f) }
 // unmounts it and deletes its image. It does nothing unless dir is such a
 // mount.
 func ShutDownDisk(dir string) { shutDownDisk(dir) }
+
+// WaitLoopReleased waits up to wait until no loop device is backed by the
+// image img: until a file system mounted from it, unmounted here, is gone
+// from every other mount namespace too. Mounting the image again before
+// that, through a second loop device, would read what the first file
+// system has not written back yet, and leave two writing one image.
+func WaitLoopReleased(ctx context.Context, img string, wait time.Duration) error {
+	return waitLoopReleased(ctx, img, wait)
+}

@@ -256,6 +256,15 @@ func (m *Manager) waitDiskReleased(ctx context.Context, id, img string) error {
 	if wait <= 0 {
 		wait = defaultDiskReleaseWait
 	}
+	if err := waitLoopReleased(ctx, img, wait); err != nil {
+		return fmt.Errorf("rootfs: the disk of %s: %w", id, err)
+	}
+	return nil
+}
+
+// waitLoopReleased waits up to wait until no loop device is backed by
+// img.
+func waitLoopReleased(ctx context.Context, img string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for interval := time.Millisecond; ; interval = min(2*interval, 50*time.Millisecond) {
 		devs := loopsBacking(img)
@@ -263,11 +272,11 @@ func (m *Manager) waitDiskReleased(ctx context.Context, id, img string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("rootfs: the disk of %s is still mounted in another mount namespace (%s attached) %v after it was unmounted here; try again", id, strings.Join(devs, ", "), wait)
+			return fmt.Errorf("still mounted in another mount namespace (%s attached) %v after it was unmounted here; try again", strings.Join(devs, ", "), wait)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("rootfs: waiting for the disk of %s to be released: %w", id, ctx.Err())
+			return fmt.Errorf("waiting for it to be released: %w", ctx.Err())
 		case <-time.After(interval):
 		}
 	}

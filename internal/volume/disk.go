@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -156,7 +157,16 @@ func (m *Manager) mountDisk(dir string) error {
 	if mounted, err := isMountPoint(fs); err != nil || mounted {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "disk.img"), os.O_RDWR, 0)
+	img := filepath.Join(dir, "disk.img")
+	// Unmounted here, the file system may live on in another process's
+	// mount namespace (a runtime starting copies the host's mounts):
+	// mounted again through a second loop device, it would show what that
+	// one had not written back yet (a file written just before was
+	// missing), and two file systems would write one image.
+	if err := rootfs.WaitLoopReleased(context.Background(), img, diskReleaseWait); err != nil {
+		return fmt.Errorf("volume: %s: %w", filepath.Base(dir), err)
+	}
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("volume: %w", err)
 	}
@@ -189,6 +199,10 @@ func (m *Manager) mountDisk(dir string) error {
 	}
 	return nil
 }
+
+// diskReleaseWait bounds mountDisk's wait for the image's previous file
+// system to go (rootfs.WaitLoopReleased); a variable for the tests.
+var diskReleaseWait = 10 * time.Second
 
 // isMountPoint tells whether a file system other than its parent's is
 // mounted at dir.

@@ -1,0 +1,111 @@
+package volume
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
+	"github.com/warren-sandbox/warren/internal/poll"
+)
+
+// holdMounts starts a process in a mount namespace of its own, a copy of
+// this one's (as a runtime starting up makes), holding whatever is
+// mounted at fs; release ends it.
+func holdMounts(t *testing.T, fs string) (release func()) {
+	t.Helper()
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	release = func() {
+		cmd.Process.Kill()
+		<-done
+	}
+	t.Cleanup(release)
+	// Counted once it runs sleep: before that its copies may still be
+	// peers of this namespace's, and an unmount here would reach them.
+	proc := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
+	held := func() bool {
+		if comm, _ := os.ReadFile(filepath.Join(proc, "comm")); string(comm) != "sleep\n" {
+			return false
+		}
+		b, _ := os.ReadFile(filepath.Join(proc, "mountinfo"))
+		return strings.Contains(string(b), " "+fs+" ")
+	}
+	if !poll.Within(5*time.Second, 5*time.Millisecond, held) {
+		t.Fatalf("the holder's mount namespace never showed %s", fs)
+	}
+	return release
+}
+
+// A volume's file system unmounted here may live on in another process's
+// mount namespace, what was written last maybe still only in its memory.
+// Mounting the image again meanwhile through a second loop device showed
+// a stale disk (TestQuotaVolume, beside other tests' runtimes: "after a
+// remount: no such file") and two ext4 instances writing one image. The
+// mount waits for the old one to go, and fails cleanly if it does not.
+func TestQuotaVolumeRemountWaitsForAHolder(t *testing.T) {
+	ctx := context.Background()
+	m, _, root := newManager(t, 64)
+	v, err := m.Create(ctx, "team1", "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := m.HostDir(ctx, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := filepath.Join(root, v.ID, "fs")
+	if err := os.WriteFile(filepath.Join(dir, "written"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The holder goes 300 ms after the unmount: the mount waits for it.
+	release := holdMounts(t, fs)
+	if err := unix.Unmount(fs, 0); err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(300 * time.Millisecond); release() }()
+	if _, err := m.HostDir(ctx, v.ID); err != nil {
+		t.Fatalf("mounting while another namespace held the volume for 300 ms: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "written")); err != nil || string(b) != "before" {
+		t.Errorf("after the remount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "written"), []byte("after"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The holder stays: the mount fails and mounts nothing, then works
+	// once it is gone.
+	release = holdMounts(t, fs)
+	if err := unix.Unmount(fs, 0); err != nil {
+		t.Fatal(err)
+	}
+	old := diskReleaseWait
+	diskReleaseWait = 500 * time.Millisecond
+	defer func() { diskReleaseWait = old }()
+	if _, err := m.HostDir(ctx, v.ID); err == nil || !strings.Contains(err.Error(), "still mounted") {
+		t.Errorf("mounting while the volume stays held elsewhere: %v, want a \"still mounted\" error", err)
+	}
+	if below, _ := mountinfo.Below(fs); len(below) != 0 {
+		t.Errorf("mounts left by the failed mount: %v", below)
+	}
+	release()
+	if _, err := m.HostDir(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "written")); err != nil || string(b) != "after" {
+		t.Errorf("after the second remount: %q %v", b, err)
+	}
+}
