@@ -680,6 +680,9 @@ func TestTemplateKey(t *testing.T) {
 		"/v2/sandboxes":                  {"", "", ""},
 		"/volumes":                       {"", "", ""},
 		"/health":                        {"", "", ""},
+		"/dashboard-api/templates":       {"", "", "y"},
+		"/dashboard-api/builds/b":        {"", "", "y"},
+		"/dashboard-apix/templates":      {"", "", ""},
 	} {
 		key, sbx, ok := templateKey(path)
 		if key != want[0] || sbx != want[1] || ok != (want[2] == "y") {

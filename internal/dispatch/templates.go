@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/api"
 	"github.com/warren-sandbox/warren/internal/cluster"
 	"github.com/warren-sandbox/warren/internal/noderpc"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -25,8 +26,8 @@ import (
 //     the template's ID (the same from any api, as long as the nodes
 //     stay), so that its uploads, build and files meet on one node;
 //   - a sandbox's snapshot goes to the sandbox's node (its checkpoint);
-//   - the other routes (lists, tags, aliases: the store's records) to
-//     the home of "".
+//   - the other routes (lists, tags, aliases, E2B's dashboard-api: the
+//     store's records) to the home of "".
 //
 // Sandboxes of a template are placed first on the node that built it
 // (Create), where its image is: its home, unless the nodes changed since;
@@ -56,6 +57,9 @@ func templateKey(path string) (key, sandbox string, ok bool) {
 		return "", "", true
 	case len(seg) >= 3 && seg[0] == "upload" && seg[1] == "templates":
 		return seg[2], "", true
+	case seg[0] == strings.TrimPrefix(api.DashboardAPIPrefix, "/"):
+		// E2B's dashboard-api: reads of the template service's records.
+		return "", "", true
 	}
 	return "", "", false
 }

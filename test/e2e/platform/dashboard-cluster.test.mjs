@@ -4,13 +4,15 @@
 // puppeteer-core. A session signed in through one api is served by the
 // other (sessions are in the store); a sandbox made by the SDK is listed
 // with the node it runs on; the terminal runs through the cluster's
-// proxy; kill from the list; team B's session sees none of team A's; the
-// nodes page on an api's admin listener lists both nodes, and cordon and
-// drain from it reach the store and the node. One cluster, one sandbox
-// per team. Chromium runs in a network namespace of its own, so that the
-// nodes' veths coming and going do not abort its requests
-// (setup/isolated-browser.mjs). Screenshots of each page under the test's
-// temp dir, named by page.
+// proxy; a volume written through one api's dashboard door is read
+// through the other, and refused to another team; E2B's dashboard-api
+// answers alike through both; kill from the list; team B's session sees
+// none of team A's; the nodes page on an api's admin listener lists both
+// nodes, and cordon and drain from it reach the store and the node. One
+// cluster, one sandbox per team. Chromium runs in a network namespace of
+// its own, so that the nodes' veths coming and going do not abort its
+// requests (setup/isolated-browser.mjs). Screenshots of each page under
+// the test's temp dir, named by page.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs'
@@ -144,6 +146,62 @@ describe('dashboard in a cluster', () => {
       }
     } finally {
       await ctx.close()
+    }
+  })
+
+  test('a volume through the dashboard\'s door of api B: written, read through api A, refused to team B; E2B\'s dashboard-api through both apis', async () => {
+    const key = { 'X-API-Key': c.apiKey, 'Content-Type': 'application/json' }
+    const vol = await (await fetch(`${apiURL(0)}/volumes`, { method: 'POST', headers: key, body: JSON.stringify({ name: `${run}-vol` }) })).json()
+    try {
+      // The page's upload and delete calls (web/team.js), from api B's page.
+      await open(page, `${apiURL(1)}/dashboard/#/volumes`, '#volumes')
+      const door = (method, route, body) => page.evaluate(async (m, r, b) => {
+        const res = await fetch(`/dashboard/api${r}`, { method: m, body: b, headers: { 'X-Warren-Dashboard': '1' }, credentials: 'same-origin' })
+        return [res.status, await res.text()]
+      }, method, route, body)
+      const base = `/volumecontent/${vol.volumeID}`
+      expect((await door('PUT', `${base}/file?path=${encodeURIComponent('/docs/up.txt')}&force=true`, `through api B ${run}`))[0]).toBe(201)
+      const bearer = { Authorization: `Bearer ${vol.token}` }
+      const read = await fetch(`${apiURL(0)}${base}/file?path=/docs/up.txt`, { headers: bearer })
+      expect(await read.text()).toBe(`through api B ${run}`)
+      const [status, listing] = await door('GET', `${base}/dir?path=/docs`)
+      expect(status).toBe(200)
+      expect(listing).toContain('up.txt')
+      // Team B's session, through either api: the volume is not there.
+      const ctx = await browser.createBrowserContext()
+      try {
+        const p = await ctx.newPage()
+        watch(p)
+        await signIn(p, apiURL(1), otherKey, '#sandboxes')
+        for (const i of [1, 0]) {
+          // Cookies ignore ports: the session reaches api A too.
+          if (i === 0) await open(p, `${apiURL(0)}/dashboard/#/sandboxes`, '#sandboxes')
+          const got = await p.evaluate(async (r) => {
+            const h = { 'X-Warren-Dashboard': '1' }
+            return [(await fetch(`/dashboard/api${r}/dir?path=/`, { headers: h })).status,
+              (await fetch(`/dashboard/api${r}/file?path=/docs/up.txt`, { method: 'PUT', body: 'x', headers: h })).status]
+          }, base)
+          expect(got, `team B through api ${i}`).toEqual([404, 404])
+        }
+      } finally {
+        await ctx.close()
+      }
+      expect((await door('DELETE', `${base}/path?path=${encodeURIComponent('/docs/up.txt')}`))[0]).toBe(204)
+      expect((await fetch(`${apiURL(0)}${base}/path?path=/docs/up.txt`, { headers: bearer })).status).toBe(404)
+      // E2B's dashboard-api (what its dashboard calls with the key), the
+      // same answer through both apis, and team-scoped.
+      const dash = (i, route, apiKey = c.apiKey) => fetch(`${apiURL(i)}/dashboard-api${route}`, { headers: { 'X-API-Key': apiKey } })
+      const lists = []
+      for (const i of [0, 1]) {
+        expect((await dash(i, '/health')).status).toBe(200)
+        const res = await dash(i, '/templates')
+        expect(res.status, `dashboard-api templates through api ${i}`).toBe(200)
+        lists.push(await res.json())
+      }
+      expect(lists[1]).toEqual(lists[0])
+      expect((await dash(1, '/templates', 'e2b_' + '0'.repeat(40))).status).toBe(401)
+    } finally {
+      await fetch(`${apiURL(0)}/volumes/${vol.volumeID}`, { method: 'DELETE', headers: key })
     }
   })
 
