@@ -3,53 +3,20 @@ package rootfs
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-// holdMounts starts a process in a mount namespace of its own, a copy of
-// this one's taken while dir's file systems were mounted, as a runtime
-// process of any server on the host (runsc's sandbox and gofer unshare
-// their mount namespace before they pivot into their own root) holds
-// for a moment. Its copies are made private (as runsc's are), so that
-// unmounts here never reach them even if another test made the host's
-// mounts shared meanwhile; dir's file systems live on in it until the
-// process goes. It returns a function that ends the process.
+// holdMounts holds dir's disk mounted in a mount namespace of its own, as
+// a runtime process of any server on the host (runsc's sandbox and gofer
+// unshare their mount namespace before they pivot into their own root)
+// holds it for a moment (testenv.HoldMounts).
 func holdMounts(t *testing.T, dir string) (release func()) {
-	t.Helper()
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	release = func() {
-		cmd.Process.Kill()
-		<-done
-	}
-	t.Cleanup(release)
-	// unshare copies the mounts, then makes its copies private, then
-	// execs sleep: until the exec the copies may still be peers of the
-	// host's (systemd mounts / shared), and an unmount here would reach
-	// them. So the holder counts once it runs sleep.
-	proc := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
-	held := func() bool {
-		if comm, _ := os.ReadFile(filepath.Join(proc, "comm")); string(comm) != "sleep\n" {
-			return false
-		}
-		b, _ := os.ReadFile(filepath.Join(proc, "mountinfo"))
-		return strings.Contains(string(b), dir+"/disk ")
-	}
-	if !poll.Within(5*time.Second, 5*time.Millisecond, held) {
-		t.Fatalf("the holder's mount namespace never showed %s/disk", dir)
-	}
-	return release
+	return testenv.HoldMounts(t, dir+"/disk")
 }
 
 // A paused sandbox's disk may still be mounted in another process's mount

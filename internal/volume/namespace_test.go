@@ -3,9 +3,7 @@ package volume
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,40 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/mountinfo"
-	"github.com/warren-sandbox/warren/internal/poll"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
-
-// holdMounts starts a process in a mount namespace of its own, a copy of
-// this one's (as a runtime starting up makes), holding whatever is
-// mounted at fs; release ends it.
-func holdMounts(t *testing.T, fs string) (release func()) {
-	t.Helper()
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	release = func() {
-		cmd.Process.Kill()
-		<-done
-	}
-	t.Cleanup(release)
-	// Counted once it runs sleep: before that its copies may still be
-	// peers of this namespace's, and an unmount here would reach them.
-	proc := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
-	held := func() bool {
-		if comm, _ := os.ReadFile(filepath.Join(proc, "comm")); string(comm) != "sleep\n" {
-			return false
-		}
-		b, _ := os.ReadFile(filepath.Join(proc, "mountinfo"))
-		return strings.Contains(string(b), " "+fs+" ")
-	}
-	if !poll.Within(5*time.Second, 5*time.Millisecond, held) {
-		t.Fatalf("the holder's mount namespace never showed %s", fs)
-	}
-	return release
-}
 
 // A volume's file system unmounted here may live on in another process's
 // mount namespace, what was written last maybe still only in its memory.
@@ -71,7 +37,7 @@ func TestQuotaVolumeRemountWaitsForAHolder(t *testing.T) {
 	}
 
 	// The holder goes 300 ms after the unmount: the mount waits for it.
-	release := holdMounts(t, fs)
+	release := testenv.HoldMounts(t, fs)
 	if err := unix.Unmount(fs, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +54,7 @@ func TestQuotaVolumeRemountWaitsForAHolder(t *testing.T) {
 
 	// The holder stays: the mount fails and mounts nothing, then works
 	// once it is gone.
-	release = holdMounts(t, fs)
+	release = testenv.HoldMounts(t, fs)
 	if err := unix.Unmount(fs, 0); err != nil {
 		t.Fatal(err)
 	}
