@@ -22,16 +22,7 @@ import (
 // mount waits for the old one to go, and fails cleanly if it does not.
 func TestQuotaVolumeRemountWaitsForAHolder(t *testing.T) {
 	ctx := context.Background()
-	m, _, root := newManager(t, 64)
-	v, err := m.Create(ctx, "team1", "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := m.HostDir(ctx, v.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := filepath.Join(root, v.ID, "fs")
+	m, v, dir, fs, _ := newQuotaVolume(t, "held")
 	if err := os.WriteFile(filepath.Join(dir, "written"), []byte("before"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -156,18 +156,26 @@ func TestCreateGetListDelete(t *testing.T) {
 // writers with ENOSPC (a sparse file's size costs nothing, hard links
 // cannot reach outside it), survives a remount with its data, and goes
 // with its loop device when deleted.
+// newQuotaVolume makes a 64 MB volume of team1 named name on a fresh
+// manager and returns them, the volume's tree on the host, its file
+// system's mount point and the volume root.
+func newQuotaVolume(t *testing.T, name string) (m *Manager, v store.Volume, dir, fs, root string) {
+	t.Helper()
+	ctx := context.Background()
+	m, _, root = newManager(t, 64)
+	v, err := m.Create(ctx, "team1", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir, err = m.HostDir(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	return m, v, dir, filepath.Join(root, v.ID, "fs"), root
+}
+
 func TestQuotaVolume(t *testing.T) {
 	ctx := context.Background()
-	m, _, root := newManager(t, 64)
-	v, err := m.Create(ctx, "team1", "q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := m.HostDir(ctx, v.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := filepath.Join(root, v.ID, "fs")
+	m, v, dir, fs, root := newQuotaVolume(t, "q")
 	if mounted, _ := isMountPoint(fs); !mounted {
 		t.Fatal("the volume's file system is not mounted")
 	}
