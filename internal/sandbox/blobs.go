@@ -350,7 +350,11 @@ func CollectBlobs(ctx context.Context, st store.Store, blobs blobstore.Store, be
 // keep on this node (Config.BlobCacheMB): the copies of the least
 // recently paused go first, and come back from the store at their
 // resume (fetchIfEvicted). A running sandbox is never touched, nor a
-// paused one whose pause or resume is under way (its lock is held).
+// paused one whose pause or resume is under way (its lock is held): the
+// trim is tried again a second later while the bound is passed. (A pause
+// starts the trim as it returns, its lock still held: a trim that ran
+// first skipped the sandbox just paused and, with nothing to try again,
+// left the copies over the bound until the next pause.)
 func (m *Manager) trimCopies(ctx context.Context) {
 	if m.cfg.BlobCacheMB <= 0 {
 		return
@@ -379,12 +383,27 @@ func (m *Manager) trimCopies(ctx context.Context) {
 		total += n
 	}
 	slices.SortFunc(copies, func(a, b copyOf) int { return a.at.Compare(b.at) })
+	skipped := false
+	defer func() {
+		if skipped && total > int64(m.cfg.BlobCacheMB)<<20 && m.trimAgain.CompareAndSwap(false, true) {
+			time.AfterFunc(time.Second, func() {
+				m.trimAgain.Store(false)
+				m.mu.Lock()
+				closed := m.closed
+				m.mu.Unlock()
+				if !closed {
+					m.trimCopies(ctx)
+				}
+			})
+		}
+	}()
 	for _, c := range copies {
 		if total <= int64(m.cfg.BlobCacheMB)<<20 {
 			return
 		}
 		if !c.l.mu.TryLock() {
-			continue // a pause or resume of it is under way
+			skipped = true // a pause or resume of it is under way
+			continue
 		}
 		rec, err := m.cfg.Store.GetSandbox(ctx, c.l.id)
 		if err == nil && rec.State == store.StatePaused && rec.PausedBlob != "" && rec.Node == m.cfg.NodeName {

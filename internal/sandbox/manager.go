@@ -86,6 +86,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/baseimage"
@@ -279,6 +280,9 @@ type Manager struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// trimAgain is set while a trim of the paused copies is scheduled
+	// (trimCopies skipped a copy whose lock was held).
+	trimAgain atomic.Bool
 	// warmTransport carries warm-up requests; no connection is kept, so
 	// none outlives a warm sandbox that is discarded.
 	warmTransport *http.Transport
