@@ -228,13 +228,8 @@ func (s *Server) dashTemplates(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sortName := q.Get("sort")
-	if sortName == "" {
-		sortName = "created_at_desc"
-	}
-	srt, known := templateSorts[sortName]
-	if !known {
-		writeError(w, http.StatusBadRequest, "sort must be created_at_asc, created_at_desc, updated_at_asc or updated_at_desc")
+	sortName, srt, ok := sortParam(w, q, "created_at_desc", templateSorts, "created_at_asc, created_at_desc, updated_at_asc or updated_at_desc")
+	if !ok {
 		return
 	}
 	var public *bool
@@ -247,14 +242,9 @@ func (s *Server) dashTemplates(w http.ResponseWriter, r *http.Request) {
 		public = &p
 	}
 	search := strings.ToLower(strings.TrimSpace(q.Get("search")))
-	var after *keyset
-	if v := q.Get("cursor"); v != "" {
-		k, err := parseKeyset(v, sortName)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		after = &k
+	after, ok := cursorParam(w, q, "cursor", sortName)
+	if !ok {
+		return
 	}
 	list, err := b.List(r.Context(), teamOf(r))
 	if err != nil {
@@ -313,6 +303,35 @@ func makeKeyset(sortName string, at time.Time, id string) string {
 
 // parseKeyset reads "{sort}|{RFC3339Nano}|{id}", refusing one made for
 // another sort.
+// sortParam reads q's "sort" (def when absent) as one of sorts; another
+// is answered 400 naming the allowed ones.
+func sortParam[T any](w http.ResponseWriter, q url.Values, def string, sorts map[string]T, allowed string) (string, T, bool) {
+	name := q.Get("sort")
+	if name == "" {
+		name = def
+	}
+	v, known := sorts[name]
+	if !known {
+		writeError(w, http.StatusBadRequest, "sort must be "+allowed)
+	}
+	return name, v, known
+}
+
+// cursorParam reads q's param as a keyset cursor of the sort sortName:
+// nil when absent; a bad one is answered 400.
+func cursorParam(w http.ResponseWriter, q url.Values, param, sortName string) (*keyset, bool) {
+	v := q.Get(param)
+	if v == "" {
+		return nil, true
+	}
+	k, err := parseKeyset(v, sortName)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return &k, true
+}
+
 func parseKeyset(v, sortName string) (keyset, error) {
 	parts := strings.SplitN(v, "|", 3)
 	if len(parts) != 3 || parts[2] == "" {
@@ -480,13 +499,8 @@ func (s *Server) dashTagGroups(w http.ResponseWriter, r *http.Request, ref strin
 	if !ok {
 		return
 	}
-	sortName := q.Get("sort")
-	if sortName == "" {
-		sortName = "latest_desc"
-	}
-	cmp, known := tagSorts[sortName]
-	if !known {
-		writeError(w, http.StatusBadRequest, "sort must be latest_desc, latest_asc, name_asc or name_desc")
+	sortName, cmp, ok := sortParam(w, q, "latest_desc", tagSorts, "latest_desc, latest_asc, name_asc or name_desc")
+	if !ok {
 		return
 	}
 	search := q.Get("search")
@@ -494,14 +508,9 @@ func (s *Server) dashTagGroups(w http.ResponseWriter, r *http.Request, ref strin
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("search must be at most %d of a-z, 0-9, '.', '_' and '-'", dashTagSearchMax))
 		return
 	}
-	var after *keyset
-	if v := q.Get("tagsCursor"); v != "" {
-		k, err := parseKeyset(v, sortName)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		after = &k
+	after, ok := cursorParam(w, q, "tagsCursor", sortName)
+	if !ok {
+		return
 	}
 	t, ok := s.ownTemplate(w, r, ref)
 	if !ok {
