@@ -17,21 +17,7 @@ import (
 // young ones stay.
 func TestCollectBlobs(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	dir := t.TempDir()
-	blobs, err := blobstore.NewLocal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, team := range []string{"t1", "t2"} {
-		if err := st.CreateTeam(ctx, store.Team{ID: team, Name: team, CreatedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, blobs, dir := newBlobTest(t, "t1", "t2")
 	put := func(team, content string, age time.Duration) blobstore.Digest {
 		d := blobstore.DigestOf([]byte(content))
 		if err := blobs.Put(ctx, team, d, int64(len(content)), bytes.NewReader([]byte(content))); err != nil {
@@ -70,18 +56,7 @@ func TestCollectBlobs(t *testing.T) {
 // node is lost, not a live node's nor a recent one.
 func TestRemoveLostNodesPaused(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	blobs, err := blobstore.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateTeam(ctx, store.Team{ID: "t1", Name: "t1", CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	st, blobs, _ := newBlobTest(t, "t1")
 	now := time.Now()
 	for name, beat := range map[string]time.Time{"lost": now.Add(-time.Minute), "alive": now, "self": now} {
 		if err := st.RegisterNode(ctx, store.Node{Name: name, RegisteredAt: beat, HeartbeatAt: beat}); err != nil {
@@ -150,4 +125,28 @@ func TestRemoveLostNodesPaused(t *testing.T) {
 	kept("young-lost", young, true)
 	kept("old-alive", live, true)
 	kept("old-self", mine, true)
+}
+
+// newBlobTest opens a store and a local blob store in temp dirs, with
+// teams made, for the blob collector's and remover's tests; it returns
+// the blob store's directory too.
+func newBlobTest(t *testing.T, teams ...string) (store.Store, *blobstore.Local, string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	dir := t.TempDir()
+	blobs, err := blobstore.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, team := range teams {
+		if err := st.CreateTeam(ctx, store.Team{ID: team, Name: team, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, blobs, dir
 }

@@ -17,19 +17,7 @@ import (
 // failed build and of a deleted template once past the grace.
 func TestCollectSparesBuildBlobs(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	dir := t.TempDir()
-	blobs, err := blobstore.NewLocal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateTeam(ctx, store.Team{ID: "t1", Name: "t1", CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	st, blobs, dir := newBlobTest(t, "t1")
 	now := time.Now()
 	for _, tp := range []string{"kept", "deleted"} {
 		if err := st.CreateTemplate(ctx, store.Template{ID: tp, TeamID: "t1", CreatedAt: now}); err != nil {

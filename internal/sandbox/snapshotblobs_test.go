@@ -19,21 +19,7 @@ import (
 // gone, with its blob; a young one (a snapshot being recorded) stays.
 func TestCollectBlobsKeepsSnapshots(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	dir := t.TempDir()
-	blobs, err := blobstore.NewLocal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, team := range []string{"t1", "t2"} {
-		if err := st.CreateTeam(ctx, store.Team{ID: team, Name: team, CreatedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, blobs, dir := newBlobTest(t, "t1", "t2")
 	old := time.Now().Add(-2 * time.Hour)
 	put := func(team, content string) blobstore.Digest {
 		d := blobstore.DigestOf([]byte(content))
