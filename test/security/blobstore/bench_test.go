@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -55,10 +54,7 @@ func BenchmarkPauseResumeAcrossNodes(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
-	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	mc := c.s3Client(b)
 	for _, mib := range sizes {
 		tmpl := "base"
 		if mib > 200 {

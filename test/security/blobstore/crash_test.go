@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -55,10 +54,7 @@ func crashAtEveryStep(t *testing.T, c *cluster) {
 		c.restartArmed(t, n.p, n.step)
 	}
 	time.Sleep(time.Second) // the api sees them again
-	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc := c.s3Client(t)
 
 	sb := c.createOn(ctx, t, a.name)
 	// A file; a counter that lives in memory only; 100 MiB more memory,

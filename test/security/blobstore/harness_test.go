@@ -20,7 +20,10 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/blobstore/s3test"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
@@ -415,4 +418,29 @@ cat /tmp/count`
 // counter runs, and its count.
 func readCounter(file string) string {
 	return "cat " + file + "; kill -0 $(cat /tmp/counter.pid) && echo alive; " + signalCounter
+}
+
+// newTeam makes a team with an API key, which teardown uses for the
+// team's sandboxes.
+func (c *cluster) newTeam(ctx context.Context, t *testing.T, id string) string {
+	t.Helper()
+	if err := c.st.CreateTeam(ctx, store.Team{ID: id, Name: id, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := auth.CreateKey(ctx, c.st, id, store.KindAPIKey, "blob test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.otherKey = key
+	return key
+}
+
+// s3Client reaches the test's S3 server directly, as an operator would.
+func (c *cluster) s3Client(t testing.TB) *minio.Client {
+	t.Helper()
+	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mc
 }

@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -41,13 +39,7 @@ func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 
 	// Another team, to knock on the sandbox's door.
 	const other = "blob-other-team"
-	if err := c.st.CreateTeam(ctx, store.Team{ID: other, Name: other, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if _, c.otherKey, err = auth.CreateKey(ctx, c.st, other, store.KindAPIKey, "blob test", ""); err != nil {
-		t.Fatal(err)
-	}
+	c.newTeam(ctx, t, other)
 
 	sb := c.createOn(ctx, t, a.name)
 	// A file, and a process whose state lives in its memory only: a
@@ -97,10 +89,7 @@ func TestPausedSandboxOutlivesItsNode(t *testing.T) {
 		t.Fatalf("after the pause: %+v %v", rec, err)
 	}
 	key := "warren/teams/" + rec.TeamID + "/sha256/" + strings.TrimPrefix(rec.PausedBlob, "sha256:")
-	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc := c.s3Client(t)
 	good := filepath.Join(t.TempDir(), "blob")
 	if err := mc.FGetObject(ctx, c.s3.Bucket, key, good, minio.GetObjectOptions{}); err != nil {
 		t.Fatalf("the paused sandbox's blob is not in the store at %s: %v", key, err)

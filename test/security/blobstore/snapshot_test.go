@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -35,17 +33,8 @@ func TestSnapshotsAndForksOutliveTheirNode(t *testing.T) {
 	ctx := context.Background()
 	a, b := c.nodes[0], c.nodes[1]
 	const other = "snap-other-team"
-	if err := c.st.CreateTeam(ctx, store.Team{ID: other, Name: other, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if _, c.otherKey, err = auth.CreateKey(ctx, c.st, other, store.KindAPIKey, "snapshot test", ""); err != nil {
-		t.Fatal(err)
-	}
-	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.newTeam(ctx, t, other)
+	mc := c.s3Client(t)
 
 	parent := c.createOn(ctx, t, a.name)
 	if r, err := c.exec(ctx, parent, `echo before-snapshot > /home/user/note.txt; nohup sleep 100000 >/dev/null 2>&1 & echo $! > /tmp/sleeper.pid`); err != nil || r.exit != 0 {

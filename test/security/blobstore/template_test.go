@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/poll"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/test/security/internal/seckit"
@@ -177,31 +175,6 @@ func TestTemplateOutlivesItsNode(t *testing.T) {
 	if left := c.teamBlobs(ctx, t, mc, team); len(left) > 0 {
 		t.Errorf("the deleted template's blobs stay in the store: %v", left)
 	}
-}
-
-// newTeam makes a team with an API key, which teardown uses for the
-// team's sandboxes.
-func (c *cluster) newTeam(ctx context.Context, t *testing.T, id string) string {
-	t.Helper()
-	if err := c.st.CreateTeam(ctx, store.Team{ID: id, Name: id, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	_, key, err := auth.CreateKey(ctx, c.st, id, store.KindAPIKey, "blob test", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.otherKey = key
-	return key
-}
-
-// s3Client reaches the test's S3 server directly, as an operator would.
-func (c *cluster) s3Client(t *testing.T) *minio.Client {
-	t.Helper()
-	mc, err := minio.New(c.s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.s3.AccessKey, c.s3.SecretKey, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mc
 }
 
 // teamBlobs lists the keys and sizes of team's blobs in the store.
